@@ -1,0 +1,320 @@
+"""The sub-agent call contract shared by every block.
+
+Every sub-agent call asks the model for ``<thinking>…</thinking><answer>…</answer>``, parses the reply
+leniently and, when no answer can be found, re-asks with a format reminder a bounded number of times
+before failing with :class:`SubAgentFormatError`. Results are small typed objects that render as readable
+text when they are substituted into a downstream agent's input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.runnables import Runnable
+from pydantic import BaseModel, Field
+
+from agents.prompts import render
+
+__all__ = [
+    "Agent",
+    "AgentResult",
+    "CallLimiter",
+    "CallSettings",
+    "ModelUsage",
+    "ParsedReply",
+    "SubAgentError",
+    "SubAgentFormatError",
+    "Usage",
+    "ask",
+    "model_name_of",
+    "parse_reply",
+]
+
+_ORIGINAL_FORMAT_RETRIES = 5
+
+
+class SubAgentError(RuntimeError):
+    """A sub-agent could not produce an answer (after its retries)."""
+
+
+class SubAgentFormatError(SubAgentError):
+    """The model never produced a parseable ``<answer>`` despite format reminders."""
+
+    def __init__(self, message: str, *, last_reply: str = "") -> None:
+        super().__init__(message)
+        self.last_reply = last_reply
+
+
+class ModelUsage(BaseModel):
+    """Calls and tokens of one model."""
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class Usage(BaseModel):
+    """Accumulated LLM usage, in total and per model name (the key the price table uses)."""
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    by_model: dict[str, ModelUsage] = Field(default_factory=dict)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def record(self, model_name: str, message: BaseMessage | None) -> None:
+        """Count one model call and the tokens its reply reports in ``usage_metadata``."""
+        meta = getattr(message, "usage_metadata", None) or {}
+        inp = int(meta.get("input_tokens", 0) or 0)
+        out = int(meta.get("output_tokens", 0) or 0)
+        self.calls += 1
+        self.input_tokens += inp
+        self.output_tokens += out
+        entry = self.by_model.setdefault(model_name, ModelUsage())
+        entry.calls += 1
+        entry.input_tokens += inp
+        entry.output_tokens += out
+
+    def add(self, other: Usage) -> None:
+        """Add another usage record into this one."""
+        self.calls += other.calls
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        for name, used in other.by_model.items():
+            entry = self.by_model.setdefault(name, ModelUsage())
+            entry.calls += used.calls
+            entry.input_tokens += used.input_tokens
+            entry.output_tokens += used.output_tokens
+
+
+class AgentResult(BaseModel):
+    """What one agent produced: its reasoning, its final answer and what it cost."""
+
+    agent: str
+    thinking: str = ""
+    answer: str
+    usage: Usage = Field(default_factory=Usage)
+    details: dict[str, Any] = Field(default_factory=dict)
+
+    def text(self) -> str:
+        """Readable rendering used when this result fills a downstream ``${id}`` placeholder."""
+        if self.thinking.strip():
+            return f"Reasoning: {self.thinking.strip()}\nAnswer: {self.answer.strip()}"
+        return f"Answer: {self.answer.strip()}"
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+@dataclass(frozen=True)
+class ParsedReply:
+    thinking: str
+    answer: str
+    raw: str
+
+
+_TAG_RE = {
+    name: (re.compile(rf"<\s*{name}\s*>", re.I), re.compile(rf"<\s*/\s*{name}\s*>", re.I))
+    for name in ("thinking", "answer")
+}
+_ANSWER_LINE_RE = re.compile(r"\b(?:final answer|answer)(?:\*\*)?\s*(?:is)?\s*[:：]\s*(?:\*\*)?(.+)", re.I)
+
+
+def _tag_content(text: str, name: str, *, last: bool) -> str | None:
+    open_re, close_re = _TAG_RE[name]
+    opens = list(open_re.finditer(text))
+    if not opens:
+        return None
+    start = opens[-1] if last else opens[0]
+    close = close_re.search(text, start.end())
+    if close is not None:
+        return text[start.end() : close.start()]
+    # An unclosed tag runs to the next tag we know, or to the end of the reply.
+    nxt = [m.start() for o, c in _TAG_RE.values() for m in (o.search(text, start.end()),) if m]
+    return text[start.end() : min(nxt)] if nxt else text[start.end() :]
+
+
+def _last_boxed(text: str) -> str | None:
+    idx = text.rfind("\\boxed{")
+    if idx < 0:
+        return None
+    depth, i = 0, idx + len("\\boxed")
+    for j in range(i, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[idx : j + 1]
+    return None
+
+
+def parse_reply(text: str) -> ParsedReply | None:
+    """Find thinking and answer in a model reply, or ``None`` when no answer can be located.
+
+    Lenient in the ways real models deviate: tag case and spacing, an unclosed ``<answer>``, a
+    missing ``<thinking>``; as fallbacks an ``Answer: …`` line or a final ``\\boxed{}``.
+    """
+    if not isinstance(text, str):
+        text = str(text)
+    answer = _tag_content(text, "answer", last=True)
+    thinking = _tag_content(text, "thinking", last=False) or ""
+    if answer is None or not answer.strip():
+        lines = _ANSWER_LINE_RE.findall(text)
+        answer = lines[-1] if lines else _last_boxed(text)
+        if answer is not None and not thinking:
+            thinking = text
+    if answer is None or not answer.strip():
+        return None
+    return ParsedReply(thinking=thinking.strip(), answer=answer.strip(), raw=text)
+
+
+def model_name_of(model: Any) -> str:
+    """Best-effort model identifier for usage accounting and pricing."""
+    seen = 0
+    while seen < 5:  # unwrap RunnableBinding / RunnableRetry layers
+        inner = getattr(model, "bound", None)
+        if inner is None:
+            break
+        model, seen = inner, seen + 1
+    for attr in ("model_name", "model", "model_id", "repo_id"):
+        value = getattr(model, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    return type(model).__name__
+
+
+class CallLimiter:
+    """A bound on in-flight model calls that works across event loops.
+
+    ``asyncio.Semaphore`` binds to the first loop that waits on it; a compiled graph may be run from
+    several loops (each ``asyncio.run``), so this keeps one semaphore per running loop.
+    """
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"concurrency limit must be >= 1, got {limit}")
+        self.limit = limit
+        self._per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
+
+    def _semaphore(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            sem = self._per_loop.get(loop)
+            if sem is None:
+                sem = self._per_loop[loop] = asyncio.Semaphore(self.limit)
+            return sem
+
+    async def __aenter__(self) -> None:
+        await self._semaphore().acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._semaphore().release()
+
+
+@dataclass
+class CallSettings:
+    """How sub-agent calls are made: format repairs, per-call time bound, shared concurrency limit."""
+
+    format_retries: int = _ORIGINAL_FORMAT_RETRIES
+    call_timeout: float | None = None
+    limiter: CallLimiter | asyncio.Semaphore | None = field(default=None, repr=False)
+    max_tokens: int | None = None
+
+
+def _content_text(message: Any) -> str:
+    content = getattr(message, "content", message)
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content blocks
+        return "".join(
+            part.get("text", "") if isinstance(part, Mapping) else str(part) for part in content
+        )
+    return str(content)
+
+
+async def _invoke(
+    model: Runnable, messages: Sequence[BaseMessage], kwargs: dict[str, Any], settings: CallSettings
+) -> BaseMessage:
+    async def call() -> BaseMessage:
+        coro = model.ainvoke(list(messages), **kwargs)
+        if settings.call_timeout is not None:
+            return await asyncio.wait_for(coro, settings.call_timeout)
+        return await coro
+
+    if settings.limiter is None:
+        return await call()
+    async with settings.limiter:
+        return await call()
+
+
+async def ask(
+    model: Runnable,
+    prompt: str | Sequence[BaseMessage],
+    *,
+    usage: Usage,
+    temperature: float | None = None,
+    settings: CallSettings | None = None,
+) -> ParsedReply:
+    """One sub-agent call: ask, parse, and repair with format reminders; raises on persistent failure.
+
+    Transport errors (time-outs, connection errors) propagate unchanged, so the retry policy wrapped
+    around ``model`` (``with_retry``) or the caller decides what to do with them.
+    """
+    settings = settings or CallSettings()
+    messages: list[BaseMessage] = (
+        [HumanMessage(content=prompt)] if isinstance(prompt, str) else list(prompt)
+    )
+    kwargs: dict[str, Any] = {}
+    if temperature is not None:
+        kwargs["temperature"] = temperature
+    if settings.max_tokens is not None:
+        kwargs["max_tokens"] = settings.max_tokens
+    name = model_name_of(model)
+    reply_text = ""
+    for _attempt in range(settings.format_retries + 1):
+        reply = await _invoke(model, messages, kwargs, settings)
+        usage.record(name, reply)
+        reply_text = _content_text(reply)
+        parsed = parse_reply(reply_text)
+        if parsed is not None:
+            return parsed
+        messages = [*messages, AIMessage(content=reply_text), HumanMessage(content=render("format_reminder"))]
+    raise SubAgentFormatError(
+        f"model {name!r} gave no parseable <answer> after {settings.format_retries + 1} tries; "
+        f"last reply began: {reply_text[:120]!r}",
+        last_reply=reply_text,
+    )
+
+
+class Agent:
+    """Base of the blocks: ``await agent.arun(task)`` returns an :class:`AgentResult`.
+
+    An agent instance is also a LangGraph node: ``builder.add_node("cot", CoTAgent(model))`` reads the
+    task from the state key ``task`` (or ``question``) and writes ``result`` and ``answer``.
+    """
+
+    kind: str = "agent"
+
+    async def arun(self, task: str) -> AgentResult:
+        raise NotImplementedError
+
+    async def __call__(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        task = state.get("task") or state.get("question")
+        if not isinstance(task, str):
+            raise TypeError(f"{type(self).__name__} node needs a 'task' or 'question' string in the state")
+        result = await self.arun(task)
+        return {"result": result, "answer": result.answer}

@@ -1,0 +1,35 @@
+"""Chain-of-thought: one call that thinks step by step (original block ``CoTAgent``)."""
+
+from __future__ import annotations
+
+from langchain_core.runnables import Runnable
+
+from agents.base import Agent, AgentResult, CallSettings, Usage, ask
+from agents.prompts import render
+
+DEFAULT_TEMPERATURE = 0.5
+
+
+class CoTAgent(Agent):
+    """Answer a task with one step-by-step call."""
+
+    kind = "cot"
+
+    def __init__(
+        self,
+        model: Runnable,
+        *,
+        temperature: float | None = DEFAULT_TEMPERATURE,
+        settings: CallSettings | None = None,
+    ) -> None:
+        self.model = model
+        self.temperature = temperature
+        self.settings = settings or CallSettings()
+
+    async def arun(self, task: str) -> AgentResult:
+        usage = Usage()
+        reply = await ask(
+            self.model, render("cot", task=task), usage=usage, temperature=self.temperature,
+            settings=self.settings,
+        )
+        return AgentResult(agent=self.kind, thinking=reply.thinking, answer=reply.answer, usage=usage)

@@ -1,0 +1,82 @@
+"""Debate: roles argue over several rounds, then a judge decides (original ``DebateAgent``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from langchain_core.runnables import Runnable
+
+from agents.base import Agent, AgentResult, CallSettings, ParsedReply, Usage, ask
+from agents.prompts import render
+
+DEFAULT_ROUNDS = 5
+DEFAULT_TEMPERATURE = 0.5
+
+
+class DebateAgent(Agent):
+    """``len(roles)`` debaters for ``rounds`` rounds, concurrently within a round, then one judge call.
+
+    From the second round on each debater sees the other debaters' previous reasoning and answers.
+    Calls: ``rounds × len(roles) + 1``.
+    """
+
+    kind = "debate"
+
+    def __init__(
+        self,
+        model: Runnable,
+        *,
+        roles: Sequence[str],
+        rounds: int = DEFAULT_ROUNDS,
+        temperature: float | None = DEFAULT_TEMPERATURE,
+        max_parallel: int | None = None,
+        settings: CallSettings | None = None,
+    ) -> None:
+        roles = [str(r).strip() for r in roles if str(r).strip()]
+        if len(roles) < 2:
+            raise ValueError(f"DebateAgent needs at least 2 roles, got {roles!r}")
+        if rounds < 1:
+            raise ValueError(f"DebateAgent needs rounds >= 1, got {rounds}")
+        self.model = model
+        self.roles = roles
+        self.rounds = rounds
+        self.temperature = temperature
+        self.max_parallel = max_parallel
+        self.settings = settings or CallSettings()
+
+    async def arun(self, task: str) -> AgentResult:
+        usage = Usage()
+        gate = asyncio.Semaphore(self.max_parallel or len(self.roles))
+        previous: list[ParsedReply] = []
+        transcript: list[list[dict[str, str]]] = []
+
+        async def speak(index: int, role: str) -> ParsedReply:
+            if not previous:
+                prompt = render("debate_first", role=role, task=task)
+            else:
+                others = "\n\n".join(
+                    f"[{self.roles[j]}]\nReasoning: {r.thinking}\nAnswer: {r.answer}"
+                    for j, r in enumerate(previous)
+                    if j != index
+                )
+                prompt = render("debate_round", role=role, task=task, others=others)
+            async with gate:
+                return await ask(
+                    self.model, prompt, usage=usage, temperature=self.temperature, settings=self.settings
+                )
+
+        for _ in range(self.rounds):
+            previous = list(await asyncio.gather(*(speak(i, r) for i, r in enumerate(self.roles))))
+            transcript.append([{"role": r, "answer": p.answer} for r, p in zip(self.roles, previous)])
+        arguments = "\n\n".join(
+            f"[{role}]\nReasoning: {r.thinking}\nAnswer: {r.answer}" for role, r in zip(self.roles, previous)
+        )
+        verdict = await ask(
+            self.model, render("debate_judge", task=task, arguments=arguments), usage=usage,
+            temperature=self.temperature, settings=self.settings,
+        )
+        return AgentResult(
+            agent=self.kind, thinking=verdict.thinking, answer=verdict.answer, usage=usage,
+            details={"transcript": transcript},
+        )

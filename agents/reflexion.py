@@ -1,0 +1,66 @@
+"""Reflexion: attempt, critique, refine until the critic accepts (original ``ReflexionAgent``)."""
+
+from __future__ import annotations
+
+import re
+
+from langchain_core.runnables import Runnable
+
+from agents.base import Agent, AgentResult, CallSettings, Usage, ask
+from agents.prompts import render
+
+DEFAULT_ROUNDS = 5
+DEFAULT_TEMPERATURE = 0.5
+_TRUE_RE = re.compile(r"^\W*(true|yes|correct)\b", re.I)
+
+
+def _critic_accepts(verdict: str) -> bool:
+    return bool(_TRUE_RE.match(verdict))
+
+
+class ReflexionAgent(Agent):
+    """One attempt, then up to ``rounds`` critic → refine rounds (``1 + 2·rounds`` calls at most)."""
+
+    kind = "reflexion"
+
+    def __init__(
+        self,
+        model: Runnable,
+        *,
+        rounds: int = DEFAULT_ROUNDS,
+        temperature: float | None = DEFAULT_TEMPERATURE,
+        settings: CallSettings | None = None,
+    ) -> None:
+        if rounds < 0:
+            raise ValueError(f"ReflexionAgent needs rounds >= 0, got {rounds}")
+        self.model = model
+        self.rounds = rounds
+        self.temperature = temperature
+        self.settings = settings or CallSettings()
+
+    async def arun(self, task: str) -> AgentResult:
+        usage = Usage()
+        reply = await ask(
+            self.model, render("cot", task=task), usage=usage, temperature=self.temperature,
+            settings=self.settings,
+        )
+        history: list[dict[str, str | bool]] = []
+        for _ in range(self.rounds):
+            attempt = f"Reasoning: {reply.thinking}\nAnswer: {reply.answer}"
+            critique = await ask(
+                self.model, render("reflexion_critic", task=task, attempt=attempt), usage=usage,
+                temperature=self.temperature, settings=self.settings,
+            )
+            accepted = _critic_accepts(critique.answer)
+            history.append({"answer": reply.answer, "feedback": critique.thinking, "accepted": accepted})
+            if accepted:
+                break
+            reply = await ask(
+                self.model,
+                render("reflexion_refine", task=task, attempt=attempt, feedback=critique.thinking),
+                usage=usage, temperature=self.temperature, settings=self.settings,
+            )
+        return AgentResult(
+            agent=self.kind, thinking=reply.thinking, answer=reply.answer, usage=usage,
+            details={"rounds": history},
+        )

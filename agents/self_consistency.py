@@ -1,0 +1,78 @@
+"""Self-consistency: several chain-of-thought samples and a majority vote (original ``SCAgent``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+from langchain_core.runnables import Runnable
+
+from agents.base import Agent, AgentResult, CallSettings, SubAgentError, Usage, ask
+from agents.normalize import normalize_answer
+from agents.prompts import render
+
+DEFAULT_SAMPLES = 5
+DEFAULT_TEMPERATURE = 0.5
+
+
+class SCAgent(Agent):
+    """Sample ``samples`` CoT answers concurrently and return the most common (normalised) answer.
+
+    Samples whose reply never parsed are dropped from the vote; the agent fails only if none parsed.
+    Ties go to the answer that appeared first.
+    """
+
+    kind = "sc"
+
+    def __init__(
+        self,
+        model: Runnable,
+        *,
+        samples: int = DEFAULT_SAMPLES,
+        temperature: float | None = DEFAULT_TEMPERATURE,
+        max_parallel: int | None = None,
+        settings: CallSettings | None = None,
+    ) -> None:
+        if samples < 1:
+            raise ValueError(f"SCAgent needs samples >= 1, got {samples}")
+        self.model = model
+        self.samples = samples
+        self.temperature = temperature
+        self.max_parallel = max_parallel
+        self.settings = settings or CallSettings()
+
+    async def arun(self, task: str) -> AgentResult:
+        usage = Usage()
+        prompt = render("cot", task=task)
+        gate = asyncio.Semaphore(self.max_parallel or self.samples)
+
+        async def one_sample():
+            async with gate:
+                return await ask(
+                    self.model, prompt, usage=usage, temperature=self.temperature, settings=self.settings
+                )
+
+        outcomes = await asyncio.gather(
+            *(one_sample() for _ in range(self.samples)), return_exceptions=True
+        )
+        for outcome in outcomes:  # a cancellation or a programming error is not a bad sample
+            if isinstance(outcome, BaseException) and not isinstance(outcome, SubAgentError):
+                raise outcome
+        replies = [o for o in outcomes if not isinstance(o, BaseException)]
+        if not replies:
+            raise SubAgentError(f"all {self.samples} self-consistency samples failed: {outcomes[0]}")
+        keys = [normalize_answer(r.answer) for r in replies]
+        votes = Counter(keys)
+        best = max(votes, key=lambda k: (votes[k], -keys.index(k)))
+        chosen = replies[keys.index(best)]
+        return AgentResult(
+            agent=self.kind,
+            thinking=chosen.thinking,
+            answer=chosen.answer,
+            usage=usage,
+            details={
+                "votes": dict(votes),
+                "samples": [r.answer for r in replies],
+                "failed_samples": len(outcomes) - len(replies),
+            },
+        )

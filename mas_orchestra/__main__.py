@@ -1,0 +1,5 @@
+import sys
+
+from mas_orchestra.cli import main
+
+sys.exit(main())

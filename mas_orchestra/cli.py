@@ -1,0 +1,124 @@
+"""The ``mas-orchestra`` command line (also ``python -m mas_orchestra``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from mas_orchestra.errors import SpecError
+
+log = logging.getLogger("mas_orchestra")
+
+
+def _load(path: str, dom: str | None):
+    from mas_orchestra.spec import GraphSpec
+
+    if path == "-":
+        return GraphSpec.from_text(sys.stdin.read(), dom=dom)  # type: ignore[arg-type]
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    return GraphSpec.from_file(file, dom=dom)  # type: ignore[arg-type]
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    failed = 0
+    for path in args.files:
+        try:
+            spec = _load(path, args.dom)
+        except (SpecError, FileNotFoundError, UnicodeDecodeError) as exc:
+            failed += 1
+            problems = exc.problems if isinstance(exc, SpecError) else [str(exc)]
+            print(f"{path}: INVALID ({len(problems)} problem{'s' if len(problems) != 1 else ''})", file=sys.stderr)
+            for problem in problems:
+                print(f"  - {problem}", file=sys.stderr)
+            continue
+        kinds = ", ".join(f"{k}×{n}" for k, n in spec.agent_counts().items()) or "direct answer"
+        print(f"{path}: ok ({len(spec.nodes)} agents: {kinds}; sink {spec.sink}; hash {spec.spec_hash()})")
+    return 1 if failed else 0
+
+
+def _cmd_draw(args: argparse.Namespace) -> int:
+    try:
+        spec = _load(args.file, args.dom)
+    except (SpecError, FileNotFoundError) as exc:
+        print(f"{args.file}: {exc}", file=sys.stderr)
+        return 1
+    print(spec.to_mermaid())
+    return 0
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    from mas_orchestra.spec import GraphSpec
+
+    print(json.dumps(GraphSpec.model_json_schema(), indent=2))
+    return 0
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    try:
+        spec = _load(args.file, args.dom)
+    except (SpecError, FileNotFoundError) as exc:
+        print(f"{args.file}: {exc}", file=sys.stderr)
+        return 1
+    print(spec.model_dump_json(indent=2) if args.to == "json" else spec.to_xml())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mas-orchestra",
+        description="Holistic multi-agent orchestration compiled to LangGraph.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("validate", help="check orchestration files (JSON spec or orchestration text)")
+    p.add_argument("files", nargs="+", help="spec files (.json, .xml, .txt) or - for stdin")
+    p.add_argument("--dom", choices=["high", "low"], default=None, help="DoM of text files (default high)")
+    p.set_defaults(func=_cmd_validate)
+
+    p = sub.add_parser("draw", help="print a spec as a Mermaid flowchart")
+    p.add_argument("file")
+    p.add_argument("--dom", choices=["high", "low"], default=None)
+    p.set_defaults(func=_cmd_draw)
+
+    p = sub.add_parser("convert", help="convert a spec between JSON and orchestration text")
+    p.add_argument("file")
+    p.add_argument("--to", choices=["json", "xml"], default="json")
+    p.add_argument("--dom", choices=["high", "low"], default=None)
+    p.set_defaults(func=_cmd_convert)
+
+    p = sub.add_parser("schema", help="print the GraphSpec JSON schema (usable as a tool schema)")
+    p.set_defaults(func=_cmd_schema)
+
+    for module in ("mas_orchestra.runtime_cli", "mas_orchestra.eval", "mas_orchestra.masbench"):
+        try:
+            mod = __import__(module, fromlist=["add_cli"])
+        except ImportError:
+            continue
+        add_cli = getattr(mod, "add_cli", None)
+        if add_cli is not None:
+            add_cli(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,253 @@
+"""Compile a :class:`GraphSpec` into a LangGraph ``StateGraph``.
+
+One graph node per spec node (node name = spec id); a node with several predecessors is joined with
+``add_edge([preds], node)`` so it runs once, after all of them; independent branches share supersteps
+and so run concurrently. The state holds the question, every node's :class:`AgentResult` and the
+sink's answer in ``final_answer``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import operator
+from collections.abc import Mapping
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langchain_core.runnables.config import patch_config
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+
+from agents.base import AgentResult, CallLimiter, CallSettings, Usage
+from mas_orchestra.errors import CompileError
+from mas_orchestra.registry import AgentKind, AgentRegistry, BuildContext, default_registry
+from mas_orchestra.spec import PLACEHOLDER_RE, AgentNode, GraphSpec
+
+__all__ = ["MASState", "NodeExecutionError", "compile_spec", "render_task"]
+
+ModelLike = Any  # BaseChatModel, any Runnable taking messages, or a model string
+
+
+def _merge(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
+    return {**(left or {}), **(right or {})}
+
+
+class MASState(TypedDict, total=False):
+    """State of a compiled multi-agent system."""
+
+    question: str
+    results: Annotated[dict[str, AgentResult], _merge]
+    final_answer: str
+    trace: Annotated[list[str], operator.add]
+
+
+class NodeExecutionError(RuntimeError):
+    """An agent failed while the graph ran; names the node and its kind."""
+
+    def __init__(self, node_id: str, block: str, cause: BaseException) -> None:
+        super().__init__(f"agent {node_id!r} ({block}) failed: {type(cause).__name__}: {cause}")
+        self.node_id = node_id
+        self.block = block
+        self.cause = cause
+
+
+def render_task(node: AgentNode, question: str, results: Mapping[str, AgentResult]) -> str:
+    """The prompt task of a node: the question, or the question plus its sub-task with ``${id}`` filled.
+
+    Upstream outputs are inserted as their readable text, by a function (not a template), so any
+    ``$``, ``\\`` or markup inside them stays data.
+    """
+    if not node.input:
+        return question
+
+    def fill(match: Any) -> str:
+        ref = match.group(1)
+        result = results.get(ref)
+        return result.text() if result is not None else match.group(0)
+
+    sub_task = PLACEHOLDER_RE.sub(fill, node.input)
+    return f"Original task: {question}\nCurrent sub-task: {sub_task}"
+
+
+def _resolve(model: ModelLike) -> Runnable:
+    if isinstance(model, str):
+        from mas_orchestra.models import resolve_model
+
+        return resolve_model(model)
+    if not isinstance(model, Runnable):
+        raise TypeError(f"model must be a BaseChatModel, a Runnable or a model string, got {type(model).__name__}")
+    return model
+
+
+def _as_coroutine_fn(built: Any, node_id: str, kind: AgentKind):
+    """Adapt what a factory returned to ``async (task) -> AgentResult``."""
+
+    def wrap(value: Any) -> AgentResult:
+        if isinstance(value, AgentResult):
+            return value
+        if isinstance(value, Mapping) and "answer" in value:
+            return AgentResult(agent=kind.name, answer=str(value["answer"]), thinking=str(value.get("thinking", "")))
+        if isinstance(value, str):
+            return AgentResult(agent=kind.name, answer=value)
+        raise CompileError(
+            f"agent {node_id!r} ({kind.block}) returned {type(value).__name__}; expected AgentResult or str"
+        )
+
+    if hasattr(built, "arun"):
+        async def run(task: str) -> AgentResult:
+            return wrap(await built.arun(task))
+    elif isinstance(built, Runnable):
+        async def run(task: str) -> AgentResult:
+            return wrap(await built.ainvoke({"task": task}))
+    elif callable(built) and inspect.iscoroutinefunction(getattr(built, "__call__", built)):  # noqa: B004
+        async def run(task: str) -> AgentResult:
+            return wrap(await built(task))
+    else:
+        raise CompileError(
+            f"factory of {kind.block} returned {type(built).__name__}; it must return an object with "
+            "async arun(task), an async callable, or a Runnable"
+        )
+    return run
+
+
+def _node_function(
+    node: AgentNode, kind: AgentKind, run_agent: Any, *, is_sink: bool, spec_hash: str
+):
+    name = f"{node.id} · {kind.block}"
+    traced = RunnableLambda(run_agent, name=name)
+    metadata = {"node_id": node.id, "agent_kind": kind.name, "agent_block": kind.block, "spec_hash": spec_hash}
+
+    async def run_node(state: MASState, config: RunnableConfig) -> dict[str, Any]:
+        task = render_task(node, state["question"], state.get("results") or {})
+        child = patch_config(config, run_name=name)
+        child["metadata"] = {**(child.get("metadata") or {}), **metadata}
+        child["tags"] = [*(child.get("tags") or []), f"agent:{kind.name}"]
+        try:
+            result = await traced.ainvoke(task, child)
+        except (CompileError, NodeExecutionError):
+            raise
+        except Exception as exc:  # name the node; the runtime turns this into an exec_error outcome
+            raise NodeExecutionError(node.id, kind.block, exc) from exc
+        update: dict[str, Any] = {"results": {node.id: result}, "trace": [node.id]}
+        if is_sink:
+            update["final_answer"] = result.answer
+        return update
+
+    def run_node_sync(state: MASState, config: RunnableConfig) -> dict[str, Any]:
+        # graph.invoke() runs sync nodes in worker threads without an event loop: give the agent one.
+        return asyncio.run(run_node(state, config))
+
+    return RunnableLambda(run_node_sync, afunc=run_node, name=node.id)
+
+
+def compile_spec(
+    spec: GraphSpec,
+    model: ModelLike,
+    *,
+    models: Mapping[str, ModelLike] | None = None,
+    search: Any = None,
+    registry: AgentRegistry | None = None,
+    settings: CallSettings | None = None,
+    max_concurrency: int | None = None,
+    max_retries: int = 0,
+    retry_initial_delay: float = 1.0,
+) -> CompiledStateGraph:
+    """Build the LangGraph graph of a spec. Invoke it with ``{"question": "…"}``.
+
+    ``model`` runs every node unless ``models`` names another model for a node id or an agent kind
+    (``{"S1": big_model, "search": tool_model}``). ``search`` is handed to every search node; a spec
+    with a search node and no backend is a :class:`CompileError`. ``max_concurrency`` bounds the model
+    calls in flight across the whole graph; ``max_retries`` wraps every model in LangChain's
+    ``with_retry`` for transient errors (time-outs, connection errors, rate limits, 5xx).
+    """
+    if not isinstance(spec, GraphSpec):
+        raise TypeError(f"compile_spec expects a GraphSpec, got {type(spec).__name__}")
+    registry = registry or default_registry
+    settings = settings or CallSettings()
+    if max_concurrency is not None:
+        settings = CallSettings(
+            format_retries=settings.format_retries,
+            call_timeout=settings.call_timeout,
+            limiter=CallLimiter(max_concurrency),
+            max_tokens=settings.max_tokens,
+        )
+    from mas_orchestra.models import with_transient_retry
+
+    cache: dict[int, Runnable] = {}
+
+    def prepared(raw: ModelLike) -> Runnable:
+        key = id(raw)
+        if key not in cache:
+            runnable = _resolve(raw)
+            if max_retries > 0:
+                runnable = with_transient_retry(runnable, max_retries, initial_delay=retry_initial_delay)
+            cache[key] = runnable
+        return cache[key]
+
+    builder = StateGraph(MASState)
+    spec_hash = spec.spec_hash()
+    if not spec.nodes:
+        answer = spec.direct_answer or ""
+
+        def direct(state: MASState) -> dict[str, Any]:
+            return {"final_answer": answer, "results": {}, "trace": []}
+
+        async def adirect(state: MASState) -> dict[str, Any]:
+            return direct(state)
+
+        builder.add_node("direct_answer", RunnableLambda(direct, afunc=adirect, name="direct_answer"))
+        builder.add_edge(START, "direct_answer")
+        builder.add_edge("direct_answer", END)
+        return builder.compile(name="mas-direct-answer").with_config(recursion_limit=10)
+
+    problems = []
+    for node in spec.nodes:
+        kind = registry.get(node.agent)
+        if kind.needs_search and search is None:
+            problems.append(
+                f"agent {node.id!r} ({kind.block}) needs a search backend: pass "
+                "compile_spec(..., search=make_backend('bm25:corpus.jsonl')) or Orchestra(search=...)"
+            )
+    if problems:
+        raise CompileError("; ".join(problems))
+
+    for node in spec.nodes:
+        kind = registry.get(node.agent)
+        chosen = (models or {}).get(node.id) or (models or {}).get(kind.name) or model
+        params = kind.params.model_validate(node.params)
+        ctx = BuildContext(node_id=node.id, settings=settings, search=search)
+        try:
+            built = kind.factory(prepared(chosen), params, ctx)
+        except (CompileError, TypeError, ImportError):
+            raise
+        except Exception as exc:
+            raise CompileError(f"agent {node.id!r} ({kind.block}): could not build: {exc}") from exc
+        run_agent = _as_coroutine_fn(built, node.id, kind)
+        builder.add_node(
+            node.id,
+            _node_function(node, kind, run_agent, is_sink=node.id == spec.sink, spec_hash=spec_hash),
+            metadata={"agent_kind": kind.name, "agent_block": kind.block},
+        )
+    for node in spec.nodes:
+        preds = spec.predecessors(node.id)
+        if not preds:
+            builder.add_edge(START, node.id)
+        elif len(preds) == 1:
+            builder.add_edge(preds[0], node.id)
+        else:
+            builder.add_edge(preds, node.id)
+    assert spec.sink is not None  # a validated spec with nodes always has its sink set
+    builder.add_edge(spec.sink, END)
+    config: dict[str, Any] = {"recursion_limit": len(spec.nodes) + 10}
+    if max_concurrency is not None:
+        config["max_concurrency"] = max_concurrency
+    return builder.compile(name=f"mas-{spec_hash}").with_config(**config)
+
+
+def total_usage(results: Mapping[str, AgentResult]) -> Usage:
+    """Sum the usage of all node results."""
+    usage = Usage()
+    for result in results.values():
+        usage.add(result.usage)
+    return usage

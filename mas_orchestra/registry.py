@@ -1,0 +1,302 @@
+"""The registry of agent kinds: the single source the prompts, the validator and the compiler read.
+
+Each kind has a canonical name (``cot``), the block name the orchestrator writes (``CoTAgent``),
+aliases (including the original training configuration's archive names such as ``COT_SC``), a
+description, a pydantic parameter model whose bounds are the caps a spec may ask for, and a factory
+that builds the runnable agent. Users add their own kinds with :func:`register_agent`.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from agents.base import AgentResult, CallSettings
+
+__all__ = [
+    "AgentKind",
+    "AgentRegistry",
+    "BuildContext",
+    "CoTParams",
+    "DebateParams",
+    "Params",
+    "ReflexionParams",
+    "SCParams",
+    "SearchParams",
+    "default_registry",
+    "normalize_agent_name",
+    "register_agent",
+]
+
+MAX_SAMPLES = 20
+MAX_ROUNDS = 10
+MAX_ROLES = 8
+MAX_SEARCH_TURNS = 10
+MAX_SEARCH_K = 10
+
+
+class Params(BaseModel):
+    """Base of parameter models: unknown parameters are errors, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+Temperature = Annotated[float, Field(ge=0.0, le=2.0, description="Sampling temperature.")]
+
+
+class CoTParams(Params):
+    temperature: Temperature = 0.5
+
+
+class SCParams(Params):
+    samples: int = Field(5, ge=1, le=MAX_SAMPLES, description="Number of CoT samples to vote over.")
+    temperature: Temperature = 0.5
+
+
+class ReflexionParams(Params):
+    rounds: int = Field(5, ge=1, le=MAX_ROUNDS, description="Maximum critic/refine rounds.")
+    temperature: Temperature = 0.5
+
+
+RoleText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+
+
+class DebateParams(Params):
+    roles: list[RoleText] = Field(
+        ..., min_length=2, max_length=MAX_ROLES, description="Debater roles, at least two."
+    )
+    rounds: int = Field(5, ge=1, le=MAX_ROUNDS, description="Debate rounds before the judge decides.")
+    temperature: Temperature = 0.5
+
+
+class SearchParams(Params):
+    max_turns: int = Field(5, ge=1, le=MAX_SEARCH_TURNS, description="Maximum model turns of the tool loop.")
+    k: int = Field(5, ge=1, le=MAX_SEARCH_K, description="Search results per query.")
+    temperature: Temperature = 0.5
+
+
+@dataclass
+class BuildContext:
+    """What a factory gets besides model and parameters."""
+
+    node_id: str
+    settings: CallSettings = field(default_factory=CallSettings)
+    search: Any = None
+
+
+class RunnableAgent(Protocol):
+    async def arun(self, task: str) -> AgentResult | str: ...
+
+
+AgentFactory = Callable[[Any, Any, BuildContext], "RunnableAgent | Callable[[str], Awaitable[Any]]"]
+
+
+@dataclass(frozen=True)
+class AgentKind:
+    """One registered agent kind."""
+
+    name: str
+    block: str
+    description: str
+    params: type[Params]
+    factory: AgentFactory
+    aliases: tuple[str, ...] = ()
+    xml_tags: dict[str, str] = field(default_factory=dict)
+    needs_search: bool = False
+
+    def xml_tag(self, param: str) -> str:
+        """The tag this parameter is written with in the orchestration text."""
+        return self.xml_tags.get(param, param)
+
+    def param_for_tag(self, tag: str) -> str:
+        for param, written in self.xml_tags.items():
+            if written == tag:
+                return param
+        return tag
+
+    def required_params(self) -> list[str]:
+        return [name for name, info in self.params.model_fields.items() if info.is_required()]
+
+
+def normalize_agent_name(name: str) -> str:
+    """Lower-case and drop everything but letters and digits: ``COT_SC`` and ``cot-sc`` both ``cotsc``."""
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+class AgentRegistry:
+    """Agent kinds by canonical name, resolvable by any alias (case- and punctuation-insensitive)."""
+
+    def __init__(self, kinds: Iterable[AgentKind] = ()) -> None:
+        self._kinds: dict[str, AgentKind] = {}
+        self._alias: dict[str, str] = {}
+        self._lock = threading.Lock()
+        for kind in kinds:
+            self.add(kind)
+
+    def add(self, kind: AgentKind, *, replace: bool = False) -> AgentKind:
+        keys = {normalize_agent_name(a) for a in (kind.name, kind.block, *kind.aliases)}
+        keys.discard("")
+        with self._lock:
+            if not replace:
+                taken = sorted(k for k in keys if k in self._alias and self._alias[k] != kind.name)
+                if kind.name in self._kinds or taken:
+                    raise ValueError(
+                        f"agent kind {kind.name!r} clashes with registered names {taken or [kind.name]}; "
+                        "pass replace=True to override"
+                    )
+            self._kinds[kind.name] = kind
+            for key in keys:
+                self._alias[key] = kind.name
+        return kind
+
+    def resolve(self, name: str) -> AgentKind | None:
+        """The kind for any of its names, or ``None``."""
+        canonical = self._alias.get(normalize_agent_name(str(name)))
+        return self._kinds.get(canonical) if canonical else None
+
+    def get(self, name: str) -> AgentKind:
+        """The kind for a name; an unknown name raises ``KeyError`` listing the valid ones."""
+        kind = self.resolve(name)
+        if kind is None:
+            raise KeyError(f"unknown agent {name!r}; valid: {', '.join(self.block_names())}")
+        return kind
+
+    def block_names(self) -> list[str]:
+        return [k.block for k in self._kinds.values()]
+
+    def kinds(self) -> list[AgentKind]:
+        return list(self._kinds.values())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.resolve(name) is not None
+
+    def copy(self) -> AgentRegistry:
+        return AgentRegistry(self._kinds.values())
+
+
+def _cot(model: Any, params: CoTParams, ctx: BuildContext) -> Any:
+    from agents.cot import CoTAgent
+
+    return CoTAgent(model, temperature=params.temperature, settings=ctx.settings)
+
+
+def _sc(model: Any, params: SCParams, ctx: BuildContext) -> Any:
+    from agents.self_consistency import SCAgent
+
+    return SCAgent(model, samples=params.samples, temperature=params.temperature, settings=ctx.settings)
+
+
+def _reflexion(model: Any, params: ReflexionParams, ctx: BuildContext) -> Any:
+    from agents.reflexion import ReflexionAgent
+
+    return ReflexionAgent(model, rounds=params.rounds, temperature=params.temperature, settings=ctx.settings)
+
+
+def _debate(model: Any, params: DebateParams, ctx: BuildContext) -> Any:
+    from agents.debate import DebateAgent
+
+    return DebateAgent(
+        model, roles=params.roles, rounds=params.rounds, temperature=params.temperature,
+        settings=ctx.settings,
+    )
+
+
+def _search(model: Any, params: SearchParams, ctx: BuildContext) -> Any:
+    from agents.search import WebSearchAgent
+
+    return WebSearchAgent(
+        model, ctx.search, max_turns=params.max_turns, k=params.k, temperature=params.temperature,
+        settings=ctx.settings,
+    )
+
+
+BUILTIN_KINDS = (
+    AgentKind(
+        name="cot",
+        block="CoTAgent",
+        description="Chain-of-thought: solves the (sub-)task with one step-by-step reasoning call. "
+        "Cheapest; good for simple, well-defined steps.",
+        params=CoTParams,
+        factory=_cot,
+        aliases=("COT", "chain_of_thought", "chainofthoughtagent"),
+    ),
+    AgentKind(
+        name="sc",
+        block="SCAgent",
+        description="Self-consistency: samples several chain-of-thought solutions and returns the "
+        "majority answer. More reliable than CoT on tasks with one checkable answer; costs `samples` calls.",
+        params=SCParams,
+        factory=_sc,
+        aliases=("COT_SC", "self_consistency", "selfconsistencyagent"),
+    ),
+    AgentKind(
+        name="reflexion",
+        block="ReflexionAgent",
+        description="Reflexion: answers, has a critic check the answer, and refines it until the critic "
+        "accepts or the rounds run out. Good for error-prone multi-step problems.",
+        params=ReflexionParams,
+        factory=_reflexion,
+        aliases=("Reflexion", "reflection", "self_refine"),
+    ),
+    AgentKind(
+        name="debate",
+        block="DebateAgent",
+        description="Debate: several agents with the given roles argue over rounds, seeing each other's "
+        "reasoning, and a judge decides. Strong on hard reasoning; the most expensive block.",
+        params=DebateParams,
+        factory=_debate,
+        aliases=("LLM_debate", "llmdebateagent", "multi_agent_debate"),
+        xml_tags={"roles": "debate_roles"},
+    ),
+    AgentKind(
+        name="search",
+        block="WebSearchAgent",
+        description="Web search: searches for evidence (web or a local corpus) over several turns and "
+        "answers with sources. Use it for facts the model may not know, e.g. multi-hop questions.",
+        params=SearchParams,
+        factory=_search,
+        aliases=("WebSearch", "SearchAgent", "web_search"),
+        needs_search=True,
+    ),
+)
+
+default_registry = AgentRegistry(BUILTIN_KINDS)
+
+
+def register_agent(
+    name: str,
+    factory: AgentFactory,
+    *,
+    block: str | None = None,
+    description: str,
+    params: type[Params] = Params,
+    aliases: Iterable[str] = (),
+    xml_tags: dict[str, str] | None = None,
+    needs_search: bool = False,
+    replace: bool = False,
+    registry: AgentRegistry | None = None,
+) -> AgentKind:
+    """Register a user agent kind so that specs, prompts and the compiler know it.
+
+    ``factory(model, params, ctx)`` returns an object with ``async arun(task)`` (returning an
+    ``AgentResult`` or a plain answer string), or an async callable taking the task string, or a
+    LangChain ``Runnable``/compiled LangGraph graph invoked with ``{"task": …}``.
+    """
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        raise ValueError(f"agent kind name {name!r} must be lower-case letters, digits and '_'")
+    kind = AgentKind(
+        name=name,
+        block=block or f"{name.title().replace('_', '')}Agent",
+        description=description,
+        params=params,
+        factory=factory,
+        aliases=tuple(aliases),
+        xml_tags=dict(xml_tags or {}),
+        needs_search=needs_search,
+    )
+    return (registry or default_registry).add(kind, replace=replace)

@@ -1,0 +1,25 @@
+"""Shared fixtures: offline by default, repo paths, scripted models."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Tracing is tested explicitly against a local endpoint; never send anything by accident.
+for _var in ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2"):
+    os.environ.pop(_var, None)
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data"
+SPECS = REPO / "examples" / "specs"
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    if not (DATA / "gsm8k_test.jsonl").is_file():
+        pytest.skip(f"shared benchmark data not found at {DATA}")
+    return DATA

@@ -1,0 +1,44 @@
+"""The command line: validate / draw / schema / convert."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from mas_orchestra.cli import main
+from tests.conftest import REPO, SPECS
+
+
+def test_validate_ok_and_invalid(capsys):
+    assert main(["validate", str(SPECS / "diamond.xml"), str(SPECS / "low_reflexion.xml")]) == 0
+    out = capsys.readouterr().out
+    assert "diamond.xml: ok (3 agents" in out and "low_reflexion.xml: ok (1 agents" in out
+    assert main(["validate", str(SPECS / "invalid_cycle.xml")]) == 1
+    err = capsys.readouterr().err
+    assert "INVALID (2 problems)" in err
+    assert "unknown agent 'OracleAgent'; valid: CoTAgent" in err and "cycle: A -> B -> A" in err
+    assert "Traceback" not in err
+
+
+def test_validate_missing_file(capsys):
+    assert main(["validate", "nope.xml"]) == 1
+    assert "nope.xml: no such file" in capsys.readouterr().err
+
+
+def test_draw_schema_convert(capsys):
+    assert main(["draw", str(SPECS / "diamond.xml")]) == 0
+    assert "P1 --> FINAL" in capsys.readouterr().out
+    assert main(["schema"]) == 0
+    assert "nodes" in json.loads(capsys.readouterr().out)["properties"]
+    assert main(["convert", str(SPECS / "diamond.xml"), "--to", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sink"] == "FINAL"
+
+
+def test_module_entry_point_runs_without_traceback():
+    proc = subprocess.run(
+        [sys.executable, "-m", "mas_orchestra", "validate", str(SPECS / "invalid_cycle.xml")],
+        capture_output=True, text=True, cwd=REPO, timeout=60,
+    )
+    assert proc.returncode == 1
+    assert "cycle: A -> B -> A" in proc.stderr and "Traceback" not in proc.stderr
