@@ -346,6 +346,11 @@ class _WorkerPool:
     def release(self, worker: _Worker, broken: bool) -> None:
         if broken:
             worker.kill()
+            if _USE_THREADS:  # workers cannot start here at all; do not keep trying
+                with self.cond:
+                    self.count -= 1
+                    self.cond.notify()
+                return
             try:
                 # Start the replacement now so it imports sympy while nobody waits for it.
                 worker = _Worker()

@@ -409,3 +409,13 @@ def test_math500_golds_agree_through_math_verify_alone():
         )
     ]
     assert failures == []
+
+
+@pytest.mark.parametrize("executable", ["/nonexistent/python", "/bin/false"])
+def test_falls_back_to_threads_when_workers_cannot_start(monkeypatch, executable):
+    monkeypatch.setattr(grading, "_POOL", None)
+    monkeypatch.setattr(grading, "_USE_THREADS", False)
+    monkeypatch.setattr(sys, "executable", executable)
+    assert grade(r"\boxed{\frac12}", "0.5")
+    assert grading._USE_THREADS is True
+    assert not grade(r"\boxed{\frac13}", "0.5")
