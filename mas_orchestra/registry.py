@@ -178,6 +178,14 @@ class AgentRegistry:
     def copy(self) -> AgentRegistry:
         return AgentRegistry(self._kinds.values())
 
+    def subset(self, names: Iterable[str]) -> AgentRegistry:
+        """A registry holding only the named kinds (any of their names); unknown names raise KeyError."""
+        return AgentRegistry(self.get(n) for n in names)
+
+    def without_search(self) -> AgentRegistry:
+        """The kinds that need no search backend (what an orchestrator is offered without one)."""
+        return AgentRegistry(k for k in self._kinds.values() if not k.needs_search)
+
 
 def _cot(model: Any, params: CoTParams, ctx: BuildContext) -> Any:
     from agents.cot import CoTAgent

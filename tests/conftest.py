@@ -15,7 +15,7 @@ for _var in ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2"):
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
-SPECS = REPO / "examples" / "specs"
+SPECS = REPO / "graphs" / "specs"
 
 
 @pytest.fixture

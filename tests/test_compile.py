@@ -81,7 +81,7 @@ async def test_direct_answer_spec_compiles():
 
 
 def test_search_node_without_backend_is_a_compile_error():
-    spec = GraphSpec.from_file("examples/specs/search_chain.json")
+    spec = GraphSpec.from_file("graphs/specs/search_chain.json")
     with pytest.raises(CompileError, match="agent 'WS_1' \\(WebSearchAgent\\) needs a search backend"):
         compile_spec(spec, ScriptedChatModel())
 

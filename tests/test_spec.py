@@ -110,7 +110,7 @@ def test_parse_spec_json_errors_are_spec_errors():
 
 
 def test_json_round_trip_is_lossless(tmp_path):
-    spec = GraphSpec.from_file("examples/specs/diamond.xml")
+    spec = GraphSpec.from_file("graphs/specs/diamond.xml")
     again = parse_spec(spec.model_dump_json())
     assert again.model_dump() == spec.model_dump()
     path = spec.to_file(tmp_path / "s.json")
@@ -121,7 +121,7 @@ def test_json_round_trip_is_lossless(tmp_path):
 
 def test_text_round_trip_is_lossless_for_every_example():
     for name in ("diamond.xml", "low_reflexion.xml", "search_chain.json"):
-        spec = GraphSpec.from_file(f"examples/specs/{name}")
+        spec = GraphSpec.from_file(f"graphs/specs/{name}")
         again = parse_orchestration(spec.to_xml(), dom=spec.dom)
         assert again.model_dump() == spec.model_dump(), name
         assert parse_orchestration(again.to_xml(), dom=spec.dom).to_xml() == spec.to_xml()
@@ -137,7 +137,7 @@ def test_json_schema_is_a_function_calling_schema():
 
 
 def test_mermaid_names_nodes_and_edges():
-    spec = GraphSpec.from_file("examples/specs/diamond.xml")
+    spec = GraphSpec.from_file("graphs/specs/diamond.xml")
     mermaid = spec.to_mermaid()
     assert mermaid.startswith("flowchart TD")
     assert 'P1["P1 · CoTAgent"]' in mermaid

@@ -1,0 +1,6 @@
+"""Ready-made graphs: single-agent baselines, example specs, and the end-to-end orchestrate-and-run graph."""
+
+from graphs.baselines import BASELINES, baseline_graph, baseline_spec
+from graphs.examples import example_names, example_spec
+
+__all__ = ["BASELINES", "baseline_graph", "baseline_spec", "example_names", "example_spec"]

@@ -1,0 +1,32 @@
+"""Single-agent baselines (the paper's CoT / SC / Debate / Reflexion / Search rows) as compiled graphs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph.graph.state import CompiledStateGraph
+
+from mas_orchestra.compile import compile_spec
+from mas_orchestra.registry import default_registry
+from mas_orchestra.spec import GraphSpec, spec_from_data
+
+__all__ = ["BASELINES", "DEFAULT_DEBATE_ROLES", "baseline_graph", "baseline_spec"]
+
+BASELINES = ("cot", "sc", "reflexion", "debate", "search")
+DEFAULT_DEBATE_ROLES = ["Careful solver", "Critical reviewer"]
+
+
+def baseline_spec(kind: str, **params: Any) -> GraphSpec:
+    """A one-node spec running ``kind`` on the whole question (low DoM, delegated as is)."""
+    agent = default_registry.get(kind)
+    if agent.name == "debate":
+        params.setdefault("roles", list(DEFAULT_DEBATE_ROLES))
+    return spec_from_data(
+        {"dom": "low", "nodes": [{"id": agent.name, "agent": agent.name, "input": "", "params": params}]}
+    )
+
+
+def baseline_graph(kind: str, model: Any, *, search: Any = None, **compile_options: Any) -> CompiledStateGraph:
+    """Compile the baseline for ``kind``; invoke with ``{"question": …}``, read ``final_answer``."""
+    params = compile_options.pop("params", {})
+    return compile_spec(baseline_spec(kind, **params), model, search=search, **compile_options)

@@ -1,0 +1,387 @@
+"""The Orchestra runtime: orchestrate → parse → validate → compile → run, and say what happened.
+
+``Orchestra.arun(question)`` never raises for a bad orchestration, a failing sub-agent or a timeout:
+each ends as an :class:`Outcome` with its status and error recorded. Wrong argument types from the
+caller still raise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Literal
+
+from langchain_core.callbacks.manager import AsyncCallbackManager
+from langchain_core.messages import HumanMessage
+from langchain_core.runnables import Runnable
+from pydantic import BaseModel, ConfigDict, Field
+
+from agents.base import AgentResult, CallSettings
+from mas_orchestra.compile import NodeExecutionError, compile_spec
+from mas_orchestra.errors import CompileError, SpecError
+from mas_orchestra.models import resolve_model, with_transient_retry
+from mas_orchestra.prompts import orchestrator_prompt
+from mas_orchestra.registry import AgentRegistry, default_registry
+from mas_orchestra.spec import GraphSpec
+from mas_orchestra.usage import ORCHESTRATOR_TAG, RunUsage, UsageCallback
+from mas_orchestra.xml_format import parse_orchestration
+
+__all__ = ["Orchestra", "Outcome", "Status", "execute_spec"]
+
+log = logging.getLogger(__name__)
+
+
+class Status(str, enum.Enum):
+    """How a run ended."""
+
+    OK = "ok"
+    INVALID_SPEC = "invalid_spec"
+    COMPILE_ERROR = "compile_error"
+    EXEC_ERROR = "exec_error"
+    TIMEOUT = "timeout"
+
+
+class Outcome(BaseModel):
+    """Everything about one run."""
+
+    model_config = ConfigDict(use_enum_values=False)
+
+    status: Status
+    question: str
+    answer: str | None = None
+    spec: GraphSpec | None = None
+    orchestration: str = ""
+    node_results: dict[str, AgentResult] = Field(default_factory=dict)
+    finished_nodes: list[str] = Field(default_factory=list)
+    error: str | None = None
+    failed_node: str | None = None
+    usage: RunUsage = Field(default_factory=RunUsage)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+    @property
+    def valid(self) -> bool:
+        """The orchestration parsed, validated and compiled (whatever happened when it ran)."""
+        return self.status in (Status.OK, Status.EXEC_ERROR, Status.TIMEOUT) and self.spec is not None
+
+
+class _Run:
+    """Mutable record of a run in progress, so a timeout can still report what finished."""
+
+    def __init__(self, question: str) -> None:
+        self.question = question
+        self.started = time.perf_counter()
+        self.orchestration = ""
+        self.spec: GraphSpec | None = None
+        self.results: dict[str, AgentResult] = {}
+        self.answer: str | None = None
+        self.usage = UsageCallback()
+
+    def outcome(self, status: Status, *, error: str | None = None, failed_node: str | None = None) -> Outcome:
+        return Outcome(
+            status=status,
+            question=self.question,
+            answer=self.answer if status is Status.OK else None,
+            spec=self.spec,
+            orchestration=self.orchestration,
+            node_results=dict(self.results),
+            finished_nodes=list(self.results),
+            error=error,
+            failed_node=failed_node,
+            usage=self.usage.snapshot(time.perf_counter() - self.started),
+        )
+
+
+def _text_of(message: Any) -> str:
+    content = getattr(message, "content", message)
+    if isinstance(content, list):
+        return "".join(p.get("text", "") if isinstance(p, Mapping) else str(p) for p in content)
+    return str(content)
+
+
+async def _stream_graph(graph: Any, run: _Run, config: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    """Run a compiled graph, recording results as nodes finish and yielding node events."""
+    async for mode, chunk in graph.astream(
+        {"question": run.question}, config=config, stream_mode=["tasks", "updates"]
+    ):
+        if mode == "tasks":
+            if "result" not in chunk and "error" not in chunk:
+                yield {"type": "node_start", "node": chunk["name"]}
+            continue
+        for node_id, update in (chunk or {}).items():
+            if not isinstance(update, Mapping):
+                continue
+            for done_id, result in (update.get("results") or {}).items():
+                run.results[done_id] = result
+                yield {"type": "node_end", "node": done_id, "agent": result.agent, "answer": result.answer}
+            if "final_answer" in update:
+                run.answer = update["final_answer"]
+            del node_id
+
+
+async def execute_spec(
+    spec: GraphSpec,
+    question: str,
+    *,
+    model: Any,
+    search: Any = None,
+    registry: AgentRegistry | None = None,
+    timeout: float | None = None,
+    max_retries: int = 3,
+    max_concurrency: int = 32,
+    call_timeout: float | None = None,
+    retry_initial_delay: float = 1.0,
+    orchestration: str = "",
+    callbacks: list[Any] | None = None,
+) -> Outcome:
+    """Compile and run an already parsed spec; the outcome statuses are those of :class:`Orchestra`."""
+    run = _Run(question)
+    run.spec, run.orchestration = spec, orchestration
+    events = _execute(run, model=model, search=search, registry=registry or default_registry,
+                      max_retries=max_retries, max_concurrency=max_concurrency, call_timeout=call_timeout,
+                      retry_initial_delay=retry_initial_delay, callbacks=callbacks or [])
+    return await _drain(events, run, timeout)
+
+
+async def _drain(events: AsyncIterator[dict[str, Any]], run: _Run, timeout: float | None) -> Outcome:
+    last: Outcome | None = None
+    async for event in _with_deadline(events, run, timeout):
+        if event["type"] == "outcome":
+            last = event["outcome"]
+    assert last is not None
+    return last
+
+
+async def _with_deadline(
+    events: AsyncIterator[dict[str, Any]], run: _Run, timeout: float | None
+) -> AsyncIterator[dict[str, Any]]:
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    iterator = events.__aiter__()
+    while True:
+        try:
+            if deadline is None:
+                event = await iterator.__anext__()
+            else:
+                event = await asyncio.wait_for(iterator.__anext__(), max(0.0, deadline - loop.time()))
+        except StopAsyncIteration:
+            return
+        except (asyncio.TimeoutError, TimeoutError):
+            # wait_for cancelled the step in flight: LangGraph cancels its running node tasks with it.
+            await _close(iterator)
+            finished = ", ".join(run.results) or "none"
+            yield {
+                "type": "outcome",
+                "outcome": run.outcome(Status.TIMEOUT, error=f"run exceeded {timeout} s; finished nodes: {finished}"),
+            }
+            return
+        yield event
+
+
+async def _close(iterator: Any) -> None:
+    aclose = getattr(iterator, "aclose", None)
+    if aclose is not None:
+        with contextlib.suppress(RuntimeError, asyncio.CancelledError):  # already finalised by the cancellation
+            await aclose()
+
+
+async def _execute(
+    run: _Run,
+    *,
+    model: Any,
+    search: Any,
+    registry: AgentRegistry,
+    max_retries: int,
+    max_concurrency: int,
+    call_timeout: float | None,
+    retry_initial_delay: float,
+    callbacks: list[Any],
+    parent: Any = None,
+) -> AsyncIterator[dict[str, Any]]:
+    assert run.spec is not None
+    try:
+        graph = compile_spec(
+            run.spec, model, search=search, registry=registry, settings=CallSettings(call_timeout=call_timeout),
+            max_concurrency=max_concurrency, max_retries=max_retries, retry_initial_delay=retry_initial_delay,
+        )
+    except CompileError as exc:
+        yield {"type": "outcome", "outcome": run.outcome(Status.COMPILE_ERROR, error=str(exc))}
+        return
+    config: dict[str, Any] = {"callbacks": parent if parent is not None else [run.usage, *callbacks]}
+    config["metadata"] = {"spec_hash": run.spec.spec_hash()}
+    try:
+        async for event in _stream_graph(graph, run, config):
+            yield event
+    except NodeExecutionError as exc:
+        log.info("run failed at node %s: %s", exc.node_id, exc)
+        yield {"type": "outcome", "outcome": run.outcome(Status.EXEC_ERROR, error=str(exc), failed_node=exc.node_id)}
+        return
+    except Exception as exc:  # a graph-level failure is an outcome, never lost
+        log.warning("run failed: %r", exc)
+        yield {"type": "outcome", "outcome": run.outcome(Status.EXEC_ERROR, error=f"{type(exc).__name__}: {exc}")}
+        return
+    if run.answer is None:
+        yield {"type": "outcome", "outcome": run.outcome(Status.EXEC_ERROR, error="the graph produced no final answer")}
+        return
+    yield {"type": "outcome", "outcome": run.outcome(Status.OK)}
+
+
+class Orchestra:
+    """Ask an orchestrator model for a multi-agent system, compile it and run it on sub-agent models.
+
+    ``orchestrator`` / ``subagent``: a ``BaseChatModel`` (any Runnable over messages) or a model
+    string (``embedded``, ``openai:gpt-4o-mini``, ``vllm:<model>@<url>``, ``hf:<path>``,
+    ``python:module:attr``…). ``dom``: ``high`` (any DAG) or ``low`` (answer directly or delegate to
+    one agent). ``search``: a search backend for WebSearchAgent nodes (without one, the orchestrator
+    is not offered that agent). ``timeout`` bounds a whole run in seconds; ``call_timeout`` one
+    sub-agent call. ``max_retries``: transient model errors are retried with exponential backoff and
+    jitter. ``max_concurrency`` bounds model calls in flight. ``agents`` restricts the agent kinds
+    offered (names or aliases).
+    """
+
+    def __init__(
+        self,
+        orchestrator: Any = "embedded",
+        subagent: Any = "embedded",
+        dom: Literal["high", "low"] = "high",
+        *,
+        search: Any = None,
+        max_retries: int = 3,
+        timeout: float | None = None,
+        call_timeout: float | None = None,
+        max_concurrency: int = 32,
+        agents: list[str] | None = None,
+        registry: AgentRegistry | None = None,
+        orchestrator_temperature: float | None = None,
+        orchestrator_max_tokens: int | None = None,
+        retry_initial_delay: float = 1.0,
+    ) -> None:
+        if dom not in ("high", "low"):
+            raise ValueError(f"dom must be 'high' or 'low', got {dom!r}")
+        for name, value in (("timeout", timeout), ("call_timeout", call_timeout)):
+            if value is not None and (not isinstance(value, (int, float)) or value <= 0):
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        if not isinstance(max_retries, int) or max_retries < 0:
+            raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
+        if not isinstance(max_concurrency, int) or max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be an int >= 1, got {max_concurrency!r}")
+        self.dom = dom
+        self.search = search
+        self.max_retries = max_retries
+        self.timeout = timeout
+        self.call_timeout = call_timeout
+        self.max_concurrency = max_concurrency
+        self.retry_initial_delay = retry_initial_delay
+        base = registry or default_registry
+        if agents is not None:
+            base = base.subset(agents)
+        # Without a backend the orchestrator is not offered agents it could not run.
+        self.registry = base if search is not None else base.without_search()
+        self.orchestrator: Runnable = resolve_model(orchestrator)
+        self.subagent: Runnable = self.orchestrator if subagent is orchestrator else resolve_model(subagent)
+        self._orchestrator_kwargs: dict[str, Any] = {}
+        if orchestrator_temperature is not None:
+            self._orchestrator_kwargs["temperature"] = orchestrator_temperature
+        if orchestrator_max_tokens is not None:
+            self._orchestrator_kwargs["max_tokens"] = orchestrator_max_tokens
+
+    # -- public API ---------------------------------------------------------------------------
+
+    def prompt(self, question: str) -> str:
+        """The orchestrator prompt for ``question``."""
+        return orchestrator_prompt(question, self.dom, registry=self.registry)
+
+    async def aorchestrate(self, question: str, *, callbacks: Any = None) -> str:
+        """Only the orchestrator call: the raw orchestration text."""
+        _check_question(question)
+        model = with_transient_retry(self.orchestrator, self.max_retries, initial_delay=self.retry_initial_delay)
+        config = {"callbacks": callbacks, "tags": [ORCHESTRATOR_TAG], "run_name": "orchestrator"}
+        reply = await model.ainvoke([HumanMessage(content=self.prompt(question))], config, **self._orchestrator_kwargs)
+        return _text_of(reply)
+
+    async def aplan(self, question: str) -> GraphSpec:
+        """Orchestrate and parse: the spec the orchestrator wrote (raises SpecError if invalid)."""
+        return parse_orchestration(await self.aorchestrate(question), dom=self.dom, registry=self.registry)
+
+    def plan(self, question: str) -> GraphSpec:
+        return _run_sync(self.aplan(question))
+
+    async def arun(self, question: str, *, callbacks: list[Any] | None = None) -> Outcome:
+        """Orchestrate, compile and run; always returns an :class:`Outcome`."""
+        outcome: Outcome | None = None
+        async for event in self.astream(question, callbacks=callbacks):
+            if event["type"] == "outcome":
+                outcome = event["outcome"]
+        assert outcome is not None
+        return outcome
+
+    def run(self, question: str, *, callbacks: list[Any] | None = None) -> Outcome:
+        """Synchronous :meth:`arun` (not from inside a running event loop)."""
+        return _run_sync(self.arun(question, callbacks=callbacks))
+
+    async def astream(self, question: str, *, callbacks: list[Any] | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Yield events: ``orchestration`` (text), ``spec``, ``node_start``/``node_end``, ``outcome``."""
+        _check_question(question)
+        run = _Run(question)
+        manager = AsyncCallbackManager.configure(
+            inheritable_callbacks=[run.usage, *(callbacks or [])], inheritable_metadata={"dom": self.dom}
+        )
+        root = await manager.on_chain_start({"name": "MAS-Orchestra"}, {"question": question}, name="MAS-Orchestra")
+        final: Outcome | None = None
+        try:
+            async for event in _with_deadline(self._events(run, root.get_child()), run, self.timeout):
+                if event["type"] == "outcome":
+                    final = event["outcome"]
+                yield event
+        finally:
+            if final is not None:
+                await root.on_chain_end(
+                    {"status": final.status.value, "answer": final.answer, "error": final.error}
+                )
+            else:
+                await root.on_chain_error(asyncio.CancelledError("stream closed before the run ended"))
+
+    # -- internals ----------------------------------------------------------------------------
+
+    async def _events(self, run: _Run, child: Any) -> AsyncIterator[dict[str, Any]]:
+        try:
+            run.orchestration = await self.aorchestrate(run.question, callbacks=child)
+        except Exception as exc:
+            yield {
+                "type": "outcome",
+                "outcome": run.outcome(Status.EXEC_ERROR, error=f"orchestrator failed: {type(exc).__name__}: {exc}"),
+            }
+            return
+        yield {"type": "orchestration", "text": run.orchestration}
+        try:
+            run.spec = parse_orchestration(run.orchestration, dom=self.dom, registry=self.registry)
+        except SpecError as exc:
+            yield {"type": "outcome", "outcome": run.outcome(Status.INVALID_SPEC, error=str(exc))}
+            return
+        yield {"type": "spec", "spec": run.spec}
+        async for event in _execute(
+            run, model=self.subagent, search=self.search, registry=self.registry, max_retries=self.max_retries,
+            max_concurrency=self.max_concurrency, call_timeout=self.call_timeout,
+            retry_initial_delay=self.retry_initial_delay, callbacks=[], parent=child,
+        ):
+            yield event
+
+
+def _check_question(question: Any) -> None:
+    if not isinstance(question, str):
+        raise TypeError(f"question must be a str, got {type(question).__name__}")
+
+
+def _run_sync(coro: Any) -> Any:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    coro.close()
+    raise RuntimeError("called the sync API inside a running event loop; use `await orchestra.arun(...)`")
