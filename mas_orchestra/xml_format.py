@@ -9,6 +9,7 @@ Everything it finds goes through the same validation as JSON specs.
 from __future__ import annotations
 
 import ast
+import bisect
 import json
 import re
 from dataclasses import dataclass
@@ -50,9 +51,18 @@ class _Doc:
             if m.group(2).lower() in known
         ]
 
+        # Per-tag-name index of opening tags, so range look-ups stay logarithmic on big specs.
+        self._opens: dict[str, tuple[list[int], list[int]]] = {}
+        for i, t in enumerate(self.tags):
+            if not t.closing:
+                starts, indices = self._opens.setdefault(t.name, ([], []))
+                starts.append(t.start)
+                indices.append(i)
+
     def opens(self, name: str, lo: int = 0, hi: int | None = None) -> list[int]:
         hi = len(self.text) if hi is None else hi
-        return [i for i, t in enumerate(self.tags) if t.name == name and not t.closing and lo <= t.start < hi]
+        starts, indices = self._opens.get(name, ([], []))
+        return indices[bisect.bisect_left(starts, lo) : bisect.bisect_left(starts, hi)]
 
     def content(self, index: int, hi: int, stop: frozenset[str] | None = None) -> tuple[str, int]:
         """Text after tag ``index`` up to its close, else up to the next known (or ``stop``) tag, else ``hi``."""

@@ -171,8 +171,8 @@ def test_low_dom_rules():
 def test_huge_inputs_fail_fast_with_spec_error():
     with pytest.raises(SpecError, match="limit"):
         parse_orchestration("x" * 2_000_000)
-    with pytest.raises(SpecError, match="at most 64 agents"):
-        parse_orchestration("<agent><agent_id>A</agent_id><agent_name>cot</agent_name></agent>" * 100)
+    with pytest.raises(SpecError, match="at most 256 agents"):
+        parse_orchestration("<agent><agent_id>A</agent_id><agent_name>cot</agent_name></agent>" * 300)
 
 
 def test_wrong_types_are_caller_errors():

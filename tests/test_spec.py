@@ -95,8 +95,8 @@ def test_input_size_is_capped():
 
 
 def test_too_many_nodes_is_a_spec_error():
-    nodes = [node(f"N{i}") for i in range(70)]
-    chain = edges(*(f"N{i}>N{i + 1}" for i in range(69)))
+    nodes = [node(f"N{i}") for i in range(300)]
+    chain = edges(*(f"N{i}>N{i + 1}" for i in range(299)))
     assert problems_of({"nodes": nodes, "edges": chain})
 
 

@@ -1,0 +1,1 @@
+"""Benchmarks: ``python -m benchmarks [--quick]`` runs them all and prints one table with ratios."""
