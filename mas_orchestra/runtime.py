@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 from langchain_core.callbacks.manager import AsyncCallbackManager
 from langchain_core.messages import HumanMessage
-from langchain_core.runnables import Runnable
-from pydantic import BaseModel, ConfigDict, Field
+from langchain_core.runnables import Runnable, RunnableConfig
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agents.base import AgentResult, CallSettings
 from mas_orchestra.compile import NodeExecutionError, compile_spec
@@ -60,6 +60,13 @@ class Outcome(BaseModel):
     error: str | None = None
     failed_node: str | None = None
     usage: RunUsage = Field(default_factory=RunUsage)
+
+    @field_validator("spec", mode="wrap")
+    @classmethod
+    def _keep_validated_spec(cls, value: Any, handler: Any) -> Any:
+        # A GraphSpec instance was validated when it was built, possibly against a user registry;
+        # re-running its checks here (default registry) would reject user-registered agent kinds.
+        return value if isinstance(value, GraphSpec) else handler(value)
 
     @property
     def ok(self) -> bool:
@@ -301,7 +308,7 @@ class Orchestra:
         """Only the orchestrator call: the raw orchestration text."""
         _check_question(question)
         model = with_transient_retry(self.orchestrator, self.max_retries, initial_delay=self.retry_initial_delay)
-        config = {"callbacks": callbacks, "tags": [ORCHESTRATOR_TAG], "run_name": "orchestrator"}
+        config: RunnableConfig = {"callbacks": callbacks, "tags": [ORCHESTRATOR_TAG], "run_name": "orchestrator"}
         reply = await model.ainvoke([HumanMessage(content=self.prompt(question))], config, **self._orchestrator_kwargs)
         return _text_of(reply)
 
