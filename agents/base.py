@@ -33,6 +33,7 @@ __all__ = [
     "SubAgentFormatError",
     "Usage",
     "ask",
+    "bind_tools",
     "model_name_of",
     "parse_reply",
 ]
@@ -223,6 +224,22 @@ class CallLimiter:
 
     async def __aexit__(self, *exc: object) -> None:
         self._semaphore().release()
+
+
+def bind_tools(model: Runnable, tools: Sequence[Any]) -> Runnable:
+    """``model.bind_tools(tools)`` that keeps a ``with_retry`` wrapper around the tool-bound model.
+
+    ``RunnableRetry`` forwards ``bind_tools`` to the model inside it and would return a binding
+    without the retry; re-wrap so that tool-calling turns are retried like every other call.
+    """
+    from langchain_core.runnables.retry import RunnableRetry
+
+    if isinstance(model, RunnableRetry):
+        return model.model_copy(update={"bound": bind_tools(model.bound, tools)})
+    binder = getattr(model, "bind_tools", None)
+    if binder is None:
+        raise NotImplementedError(f"{type(model).__name__} has no bind_tools")
+    return binder(list(tools))
 
 
 @dataclass

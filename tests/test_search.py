@@ -772,3 +772,20 @@ async def test_agent_is_a_langgraph_node() -> None:
     builder.add_edge("search", END)
     out = await builder.compile().ainvoke({"task": TASK})
     assert out["answer"] == "Paris" and out["result"].details["sources"]
+
+
+def test_tool_binding_keeps_the_retry_wrapper():
+    """A with_retry-wrapped tool-calling model still retries transient errors on tool turns."""
+    from langchain_core.runnables.retry import RunnableRetry
+
+    from agents.base import bind_tools
+    from mas_orchestra.testing import ScriptedChatModel
+
+    class ToolModel(ScriptedChatModel):
+        def bind_tools(self, tools, **kwargs):
+            return self
+
+    wrapped = ToolModel().with_retry(retry_if_exception_type=(ConnectionError,), stop_after_attempt=3)
+    bound = bind_tools(wrapped, [{"name": "web_search"}])
+    assert isinstance(bound, RunnableRetry)
+    assert bound.max_attempt_number == 3

@@ -25,6 +25,7 @@ from agents.base import (
     _content_text,
     _invoke,
     ask,
+    bind_tools,
     model_name_of,
     parse_reply,
 )
@@ -187,12 +188,10 @@ class WebSearchAgent(Agent):
             return None
         if not self._tools_checked:
             self._tools_checked = True
-            binder = getattr(self.model, "bind_tools", None)
-            if binder is not None:
-                try:
-                    self._tool_model = binder([WEB_SEARCH_TOOL, THINK_TOOL])
-                except (NotImplementedError, TypeError, ValueError) as exc:
-                    logger.debug("model cannot bind tools (%s); using the text protocol", exc)
+            try:
+                self._tool_model = bind_tools(self.model, [WEB_SEARCH_TOOL, THINK_TOOL])
+            except (NotImplementedError, TypeError, ValueError) as exc:
+                logger.debug("model cannot bind tools (%s); using the text protocol", exc)
             if self._tool_model is None and self.mode == "tools":
                 name = model_name_of(self.model)
                 raise ValueError(f"mode='tools' but model {name!r} does not support bind_tools")
