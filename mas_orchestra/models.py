@@ -94,10 +94,29 @@ def _need(module: str, extra: str, what: str) -> Any:
         raise MissingExtraError(what, extra, module) from exc
 
 
-def resolve_model(spec: Any, *, timeout: float | None = None, **kwargs: Any) -> Runnable:
-    """Turn a model string (see module docstring) into a chat model; Runnables pass through."""
+def resolve_model(
+    spec: Any, *, timeout: float | None = None, requests_per_second: float | None = None, **kwargs: Any
+) -> Runnable:
+    """Turn a model string (see module docstring) into a chat model; Runnables pass through.
+
+    For API models, ``timeout`` bounds each HTTP request and ``requests_per_second`` installs
+    LangChain's ``InMemoryRateLimiter`` (token bucket shared by every call of that model).
+    """
     if isinstance(spec, Runnable):
         return spec
+    if requests_per_second is not None:
+        if requests_per_second <= 0:
+            raise ValueError(f"requests_per_second must be > 0, got {requests_per_second}")
+        from langchain_core.rate_limiters import InMemoryRateLimiter
+
+        api_kwargs = {
+            "rate_limiter": InMemoryRateLimiter(
+                requests_per_second=requests_per_second, check_every_n_seconds=0.05,
+                max_bucket_size=max(1.0, requests_per_second),
+            )
+        }
+    else:
+        api_kwargs = {}
     if not isinstance(spec, str):
         raise TypeError(f"model must be a BaseChatModel, a Runnable or a string, got {type(spec).__name__}")
     text = spec.strip()
@@ -123,14 +142,14 @@ def resolve_model(spec: Any, *, timeout: float | None = None, **kwargs: Any) -> 
         _need("langchain", "openai", f"model {text!r}")
         from langchain.chat_models import init_chat_model
 
-        return init_chat_model(text, max_retries=0, timeout=timeout, **kwargs)
+        return init_chat_model(text, max_retries=0, timeout=timeout, **api_kwargs, **kwargs)
     if prefix == "together" and rest:
         _need("langchain_together", "together", f"model {text!r}")
         if not os.environ.get("TOGETHER_API_KEY"):
             raise MissingCredentialsError(text, "TOGETHER_API_KEY")
         from langchain.chat_models import init_chat_model
 
-        return init_chat_model(text, max_retries=0, timeout=timeout, **kwargs)
+        return init_chat_model(text, max_retries=0, timeout=timeout, **api_kwargs, **kwargs)
     if prefix == "vllm" and "@" in rest:
         openai_mod = _need("langchain_openai", "openai", f"model {text!r}")
         name, _, url = rest.rpartition("@")
@@ -139,7 +158,7 @@ def resolve_model(spec: Any, *, timeout: float | None = None, **kwargs: Any) -> 
         url = url if url.rstrip("/").endswith("/v1") else url.rstrip("/") + "/v1"
         return openai_mod.ChatOpenAI(
             model=name, base_url=url, api_key=os.environ.get("VLLM_API_KEY", "EMPTY"),
-            max_retries=0, timeout=timeout, **kwargs,
+            max_retries=0, timeout=timeout, **api_kwargs, **kwargs,
         )
     if prefix == "python" and rest:
         module_name, _, attr = rest.rpartition(":")

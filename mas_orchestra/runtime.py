@@ -248,8 +248,9 @@ class Orchestra:
     one agent). ``search``: a search backend for WebSearchAgent nodes (without one, the orchestrator
     is not offered that agent). ``timeout`` bounds a whole run in seconds; ``call_timeout`` one
     sub-agent call. ``max_retries``: transient model errors are retried with exponential backoff and
-    jitter. ``max_concurrency`` bounds model calls in flight. ``agents`` restricts the agent kinds
-    offered (names or aliases).
+    jitter. ``max_concurrency`` bounds model calls in flight; ``requests_per_second`` rate-limits
+    API models given as strings (LangChain's ``InMemoryRateLimiter``). ``agents`` restricts the
+    agent kinds offered (names or aliases).
     """
 
     def __init__(
@@ -268,6 +269,7 @@ class Orchestra:
         orchestrator_temperature: float | None = None,
         orchestrator_max_tokens: int | None = None,
         retry_initial_delay: float = 1.0,
+        requests_per_second: float | None = None,
     ) -> None:
         if dom not in ("high", "low"):
             raise ValueError(f"dom must be 'high' or 'low', got {dom!r}")
@@ -290,8 +292,12 @@ class Orchestra:
             base = base.subset(agents)
         # Without a backend the orchestrator is not offered agents it could not run.
         self.registry = base if search is not None else base.without_search()
-        self.orchestrator: Runnable = resolve_model(orchestrator)
-        self.subagent: Runnable = self.orchestrator if subagent is orchestrator else resolve_model(subagent)
+        # Model strings get the per-call timeout and the rate limiter at the HTTP client level.
+        resolve = {"timeout": call_timeout, "requests_per_second": requests_per_second}
+        self.orchestrator: Runnable = resolve_model(orchestrator, **resolve)
+        self.subagent: Runnable = (
+            self.orchestrator if subagent is orchestrator else resolve_model(subagent, **resolve)
+        )
         self._orchestrator_kwargs: dict[str, Any] = {}
         if orchestrator_temperature is not None:
             self._orchestrator_kwargs["temperature"] = orchestrator_temperature

@@ -55,7 +55,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             orchestrator=args.orchestrator, subagent=args.subagent, dom=args.dom, search=search,
             timeout=args.timeout, call_timeout=args.call_timeout, max_retries=args.max_retries,
             max_concurrency=args.concurrency, orchestrator_temperature=args.temperature,
-            orchestrator_max_tokens=args.max_tokens,
+            orchestrator_max_tokens=args.max_tokens, requests_per_second=args.rps,
         )
     except (MissingExtraError, MissingCredentialsError, ValueError, FileNotFoundError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -82,6 +82,7 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--concurrency", type=int, default=32, help="model calls in flight at most")
     p.add_argument("--temperature", type=float, default=None, help="orchestrator sampling temperature")
     p.add_argument("--max-tokens", type=int, default=None, help="orchestrator max new tokens")
+    p.add_argument("--rps", type=float, default=None, help="rate limit for API models, requests per second")
     p.add_argument("--json", action="store_true", help="print the Outcome as JSON")
     p.set_defaults(func=_cmd_run)
 
