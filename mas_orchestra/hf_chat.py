@@ -190,7 +190,7 @@ def _greedy_text(model: Any, tokenizer: Any, messages: list[dict[str, str]], max
     enc = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True, return_tensors="pt")
     with torch.inference_mode():
         out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id)
-    return tokenizer.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    return str(tokenizer.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True))
 
 
 def _convert_gguf(gguf_path: Path, out_dir: Path) -> dict[str, Any]:
@@ -359,7 +359,8 @@ def _load_model(path: str, device: str) -> _LoadedModel:
             tokenizer.chat_template = SMOLLM2_CHAT_TEMPLATE
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
-        model = AutoModelForCausalLM.from_pretrained(key[0]).to(device)
+        model: Any = AutoModelForCausalLM.from_pretrained(key[0])
+        model = model.to(device)
         model.eval()
         bundle = _LoadedModel(model=model, tokenizer=tokenizer, path=key[0], device=device)
         _LOADED[key] = bundle
