@@ -109,7 +109,7 @@ def resolve_model(
             raise ValueError(f"requests_per_second must be > 0, got {requests_per_second}")
         from langchain_core.rate_limiters import InMemoryRateLimiter
 
-        api_kwargs = {
+        api_kwargs: dict[str, Any] = {
             "rate_limiter": InMemoryRateLimiter(
                 requests_per_second=requests_per_second, check_every_n_seconds=0.05,
                 max_bucket_size=max(1.0, requests_per_second),
