@@ -100,7 +100,9 @@ def _as_coroutine_fn(built: Any, node_id: str, kind: AgentKind):
     elif isinstance(built, Runnable):
         async def run(task: str) -> AgentResult:
             return wrap(await built.ainvoke({"task": task}))
-    elif callable(built) and inspect.iscoroutinefunction(getattr(built, "__call__", built)):  # noqa: B004
+    elif callable(built) and (
+        inspect.iscoroutinefunction(built) or inspect.iscoroutinefunction(getattr(built, "__call__", None))  # noqa: B004
+    ):
         async def run(task: str) -> AgentResult:
             return wrap(await built(task))
     else:
