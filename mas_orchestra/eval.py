@@ -847,9 +847,14 @@ def pareto_plot(run_dirs: Iterable[str | os.PathLike[str]], out_path: str | os.P
         (axes[1], "mean_llm_calls", "mean LLM calls per question-sample"),
     ):
         xy = [(float(s.get(key) or 0.0), 100.0 * float(s.get("avg_at_k") or 0.0)) for _, s in labelled]
+        stacked: Counter[tuple[float, float]] = Counter()
         for (label, _), (x, y) in zip(labelled, xy):
             ax.scatter([x], [y], s=40, zorder=3)
-            ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
+            # Runs often coincide (every local model costs $0): stack their labels instead of overprinting.
+            offset = 5 + 11 * stacked[x, y]
+            stacked[x, y] += 1
+            ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, offset), fontsize=8)
+        ax.margins(x=0.25)  # room for the labels of the right-most points
         front = _frontier(xy)
         if len(front) > 1:
             ax.step([p[0] for p in front], [p[1] for p in front], where="post", linestyle="--", color="grey",
