@@ -1,0 +1,12 @@
+"""GRPO training of the orchestrator: ``python -m training.grpo`` (TRL GRPOTrainer + PEFT LoRA + optional vLLM).
+
+The reward is the executed outcome of the multi-agent system each completion writes
+(:func:`training.rewards.make_outcome_reward`). Importing this package is cheap: torch, TRL and PEFT are
+imported only by :mod:`training.grpo` when a run starts.
+"""
+
+from __future__ import annotations
+
+from training.rewards import OutcomeReward, RolloutRecord, make_outcome_reward
+
+__all__ = ["OutcomeReward", "RolloutRecord", "make_outcome_reward"]

