@@ -1,6 +1,6 @@
 """``python -m training.grpo``: train an orchestrator with GRPO + LoRA on executed multi-agent outcomes.
 
-With no flags on a CPU machine this is a smoke run (~3 min per step on two shared cores): the embedded
+With no flags on a CPU machine this is a smoke run (about a minute per step on two idle cores): the embedded
 SmolLM2-135M-Instruct is the orchestrator AND the sub-agent model, the data are 8 MASBench depth-2 problems,
 2 GRPO steps of one prompt x 4 rollouts of at most 128 tokens (low DoM, micro-batches of 1). The reward
 parses, compiles and runs every completion's graph on the sub-agent model; each MAS may run
