@@ -19,11 +19,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 IN_PROCESS = ("concurrency", "overhead")
+# name -> (script, arguments for --quick, arguments for a full run)
 SCRIPTS = {
-    "search": ["benchmarks/search_bench.py", "--quick"],
-    "rollouts": ["benchmarks/rollout_bench.py", "--quick"],
-    "eval": ["benchmarks/eval_overhead.py", "--quick"],
-    "masbench": ["benchmarks/masbench_speed.py"],
+    "search": ("benchmarks/search_bench.py", ["--quick"], []),
+    "rollouts": ("benchmarks/rollout_bench.py", ["--quick"], []),
+    "eval": ("benchmarks/eval_overhead.py", ["--questions", "200", "--repeats", "3"], []),
+    "masbench": ("benchmarks/masbench_speed.py", [], []),
 }
 KEY_COLUMNS = ("wall_s", "critical_path_s", "sequential_s", "speedup_vs_sequential", "ours_us", "bare_langgraph_us",
                "parse_xml_ms", "validate_ms", "compile_ms")
@@ -53,10 +54,11 @@ def main(argv: list[str] | None = None) -> int:
             rows.extend(module.run(quick=args.quick))
     print(_table(rows), flush=True)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    for name, command in SCRIPTS.items():
-        if name not in wanted or not (ROOT / command[0]).is_file():
+    for name, (script, quick_args, full_args) in SCRIPTS.items():
+        if name not in wanted or not (ROOT / script).is_file():
             continue
-        cmd = [sys.executable, *command] if args.quick else [sys.executable, command[0]]
+        command = [script, *(quick_args if args.quick else full_args)]
+        cmd = [sys.executable, *command]
         t0 = time.perf_counter()
         try:
             proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
