@@ -30,6 +30,7 @@ __all__ = [
     "SearchParams",
     "default_registry",
     "normalize_agent_name",
+    "offered_registry",
     "register_agent",
 ]
 
@@ -274,6 +275,17 @@ BUILTIN_KINDS = (
 )
 
 default_registry = AgentRegistry(BUILTIN_KINDS)
+
+
+def offered_registry(
+    registry: AgentRegistry | None = None, *, search: Any = None, agents: Iterable[str] | None = None
+) -> AgentRegistry:
+    """The kinds an orchestrator is offered: ``agents`` (names or aliases) if given, and without a
+    search backend no kind that needs one (it could not run)."""
+    base = registry or default_registry
+    if agents is not None:
+        base = base.subset(agents)
+    return base if search is not None else base.without_search()
 
 
 def register_agent(

@@ -25,7 +25,7 @@ from mas_orchestra.compile import NodeExecutionError, compile_spec
 from mas_orchestra.errors import CompileError, SpecError
 from mas_orchestra.models import resolve_model, with_transient_retry
 from mas_orchestra.prompts import orchestrator_prompt
-from mas_orchestra.registry import AgentRegistry, default_registry
+from mas_orchestra.registry import AgentRegistry, default_registry, offered_registry
 from mas_orchestra.spec import GraphSpec
 from mas_orchestra.usage import ORCHESTRATOR_TAG, RunUsage, UsageCallback
 from mas_orchestra.xml_format import parse_orchestration
@@ -287,11 +287,7 @@ class Orchestra:
         self.call_timeout = call_timeout
         self.max_concurrency = max_concurrency
         self.retry_initial_delay = retry_initial_delay
-        base = registry or default_registry
-        if agents is not None:
-            base = base.subset(agents)
-        # Without a backend the orchestrator is not offered agents it could not run.
-        self.registry = base if search is not None else base.without_search()
+        self.registry = offered_registry(registry, search=search, agents=agents)
         # Model strings get the per-call timeout and the rate limiter at the HTTP client level.
         resolve = {"timeout": call_timeout, "requests_per_second": requests_per_second}
         self.orchestrator: Runnable = resolve_model(orchestrator, **resolve)

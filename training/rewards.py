@@ -49,7 +49,7 @@ from typing import Any
 from mas_orchestra.errors import SpecError
 from mas_orchestra.grading import VALID_KINDS, agrade
 from mas_orchestra.models import resolve_model
-from mas_orchestra.registry import AgentRegistry, default_registry
+from mas_orchestra.registry import AgentRegistry, offered_registry
 from mas_orchestra.runtime import Status, execute_spec
 from mas_orchestra.xml_format import parse_orchestration
 
@@ -77,8 +77,7 @@ _TASK_HEADING = "# Task"
 def orchestra_registry(search: Any = None, registry: AgentRegistry | None = None) -> AgentRegistry:
     """The agent kinds offered to the orchestrator, as :class:`mas_orchestra.Orchestra` filters them:
     without a search backend the search agent is not offered."""
-    base = registry or default_registry
-    return base if search is not None else base.without_search()
+    return offered_registry(registry, search=search)
 
 
 @dataclass
