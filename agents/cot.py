@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from langchain_core.runnables import Runnable
 
-from agents.base import Agent, AgentResult, CallSettings, Usage, ask
+from agents.base import Agent, AgentResult, CallSettings, ParsedReply, Usage, ask
 from agents.prompts import render
 
 DEFAULT_TEMPERATURE = 0.5
+
+
+async def cot_attempt(
+    model: Runnable, task: str, *, usage: Usage, temperature: float | None, settings: CallSettings
+) -> ParsedReply:
+    """One step-by-step attempt at ``task``: CoT's only call, an SC sample, Reflexion's first attempt."""
+    return await ask(model, render("cot", task=task), usage=usage, temperature=temperature, settings=settings)
 
 
 class CoTAgent(Agent):
@@ -28,8 +35,7 @@ class CoTAgent(Agent):
 
     async def arun(self, task: str) -> AgentResult:
         usage = Usage()
-        reply = await ask(
-            self.model, render("cot", task=task), usage=usage, temperature=self.temperature,
-            settings=self.settings,
+        reply = await cot_attempt(
+            self.model, task, usage=usage, temperature=self.temperature, settings=self.settings
         )
         return AgentResult(agent=self.kind, thinking=reply.thinking, answer=reply.answer, usage=usage)

@@ -7,6 +7,7 @@ import re
 from langchain_core.runnables import Runnable
 
 from agents.base import Agent, AgentResult, CallSettings, Usage, ask
+from agents.cot import cot_attempt
 from agents.prompts import render
 
 DEFAULT_ROUNDS = 5
@@ -40,9 +41,8 @@ class ReflexionAgent(Agent):
 
     async def arun(self, task: str) -> AgentResult:
         usage = Usage()
-        reply = await ask(
-            self.model, render("cot", task=task), usage=usage, temperature=self.temperature,
-            settings=self.settings,
+        reply = await cot_attempt(
+            self.model, task, usage=usage, temperature=self.temperature, settings=self.settings
         )
         history: list[dict[str, str | bool]] = []
         for _ in range(self.rounds):

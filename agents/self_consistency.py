@@ -7,9 +7,9 @@ from collections import Counter
 
 from langchain_core.runnables import Runnable
 
-from agents.base import Agent, AgentResult, CallSettings, SubAgentError, Usage, ask
+from agents.base import Agent, AgentResult, CallSettings, SubAgentError, Usage
+from agents.cot import cot_attempt
 from agents.normalize import normalize_answer
-from agents.prompts import render
 
 DEFAULT_SAMPLES = 5
 DEFAULT_TEMPERATURE = 0.5
@@ -43,13 +43,12 @@ class SCAgent(Agent):
 
     async def arun(self, task: str) -> AgentResult:
         usage = Usage()
-        prompt = render("cot", task=task)
         gate = asyncio.Semaphore(self.max_parallel or self.samples)
 
         async def one_sample():
             async with gate:
-                return await ask(
-                    self.model, prompt, usage=usage, temperature=self.temperature, settings=self.settings
+                return await cot_attempt(
+                    self.model, task, usage=usage, temperature=self.temperature, settings=self.settings
                 )
 
         outcomes = await asyncio.gather(
