@@ -19,7 +19,7 @@ from langchain_core.runnables.config import patch_config
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from agents.base import AgentResult, CallLimiter, CallSettings, Usage
+from agents.base import AgentResult, CallLimiter, CallSettings
 from mas_orchestra.errors import CompileError
 from mas_orchestra.registry import AgentKind, AgentRegistry, BuildContext, default_registry
 from mas_orchestra.spec import PLACEHOLDER_RE, AgentNode, GraphSpec
@@ -246,10 +246,3 @@ def compile_spec(
         config["max_concurrency"] = max_concurrency
     return builder.compile(name=f"mas-{spec_hash}").with_config(**config)
 
-
-def total_usage(results: Mapping[str, AgentResult]) -> Usage:
-    """Sum the usage of all node results."""
-    usage = Usage()
-    for result in results.values():
-        usage.add(result.usage)
-    return usage

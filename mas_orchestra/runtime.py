@@ -18,7 +18,7 @@ from typing import Any, Literal
 from langchain_core.callbacks.manager import AsyncCallbackManager
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import Runnable, RunnableConfig
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 
 from agents.base import AgentResult, CallSettings
 from mas_orchestra.compile import NodeExecutionError, compile_spec
@@ -47,8 +47,6 @@ class Status(str, enum.Enum):
 
 class Outcome(BaseModel):
     """Everything about one run."""
-
-    model_config = ConfigDict(use_enum_values=False)
 
     status: Status
     question: str
@@ -121,7 +119,7 @@ async def _stream_graph(graph: Any, run: _Run, config: dict[str, Any]) -> AsyncI
             if "result" not in chunk and "error" not in chunk:
                 yield {"type": "node_start", "node": chunk["name"]}
             continue
-        for node_id, update in (chunk or {}).items():
+        for update in (chunk or {}).values():
             if not isinstance(update, Mapping):
                 continue
             for done_id, result in (update.get("results") or {}).items():
@@ -129,7 +127,6 @@ async def _stream_graph(graph: Any, run: _Run, config: dict[str, Any]) -> AsyncI
                 yield {"type": "node_end", "node": done_id, "agent": result.agent, "answer": result.answer}
             if "final_answer" in update:
                 run.answer = update["final_answer"]
-            del node_id
 
 
 async def execute_spec(

@@ -227,12 +227,12 @@ def _find_cycle(spec: GraphSpec, remaining: set[str]) -> list[str]:
         path.append(nxt)
 
 
-def _ancestors(spec: GraphSpec) -> dict[str, set[str]]:
+def _ancestors(spec: GraphSpec, order: list[str]) -> dict[str, set[str]]:
     preds: dict[str, set[str]] = defaultdict(set)
     for e in spec.edges:
         preds[e.target].add(e.source)
     result: dict[str, set[str]] = {}
-    for node_id in spec.topological_order():
+    for node_id in order:
         acc: set[str] = set()
         for p in preds[node_id]:
             acc.add(p)
@@ -329,7 +329,7 @@ def check_spec(spec: GraphSpec, registry: AgentRegistry) -> list[str]:
         problems.append(f"sink {spec.sink!r} is not the graph's sink {sinks[0]!r}")
     else:
         spec.sink = sinks[0]
-    ancestors = _ancestors(spec)
+    ancestors = _ancestors(spec, order)
     for node in spec.nodes:
         for ref in references(node.input):
             where = f"agent {node.id!r}: input references ${{{ref}}}"
@@ -342,7 +342,6 @@ def check_spec(spec: GraphSpec, registry: AgentRegistry) -> list[str]:
                     f"{where}, but there is no edge path {ref} -> {node.id}; "
                     f"add <from>{ref}</from><to>{node.id}</to>"
                 )
-    del order
     return problems
 
 
