@@ -9,20 +9,23 @@ text when they are substituted into a downstream agent's input.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import threading
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import Runnable
+from langchain_core.runnables.config import ensure_config
 from pydantic import BaseModel, Field
 
 from agents.prompts import render
 
 __all__ = [
+    "FORMAT_RETRY_TAG",
     "Agent",
     "AgentResult",
     "CallLimiter",
@@ -39,6 +42,8 @@ __all__ = [
 ]
 
 _ORIGINAL_FORMAT_RETRIES = 5
+#: Tag of a model call that re-asks after an unparseable reply (run accounting counts them).
+FORMAT_RETRY_TAG = "mas:format_retry"
 
 
 class SubAgentError(RuntimeError):
@@ -65,6 +70,7 @@ class Usage(BaseModel):
     """Accumulated LLM usage, in total and per model name (the key the price table uses)."""
 
     calls: int = 0
+    format_retries: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
     by_model: dict[str, ModelUsage] = Field(default_factory=dict)
@@ -89,6 +95,7 @@ class Usage(BaseModel):
     def add(self, other: Usage) -> None:
         """Add another usage record into this one."""
         self.calls += other.calls
+        self.format_retries += other.format_retries
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens
         for name, used in other.by_model.items():
@@ -160,14 +167,35 @@ def _last_boxed(text: str) -> str | None:
     return None
 
 
+def _json_reply(text: str) -> ParsedReply | None:
+    """A reply written as ``{"thinking": …, "answer": …}`` (JSON-schema constrained APIs)."""
+    stripped = text.strip()
+    if not (stripped.startswith("{") and stripped.endswith("}")):
+        return None
+    try:
+        data = json.loads(stripped)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("answer"), (str, int, float)):
+        return None
+    answer = str(data["answer"]).strip()
+    if not answer:
+        return None
+    return ParsedReply(thinking=str(data.get("thinking") or "").strip(), answer=answer, raw=text)
+
+
 def parse_reply(text: str) -> ParsedReply | None:
     """Find thinking and answer in a model reply, or ``None`` when no answer can be located.
 
     Lenient in the ways real models deviate: tag case and spacing, an unclosed ``<answer>``, a
-    missing ``<thinking>``; as fallbacks an ``Answer: …`` line or a final ``\\boxed{}``.
+    missing ``<thinking>``; as fallbacks an ``Answer: …`` line or a final ``\\boxed{}``. A JSON object
+    ``{"thinking", "answer"}`` (what JSON-schema constrained APIs return) is read too.
     """
     if not isinstance(text, str):
         text = str(text)
+    as_json = _json_reply(text)
+    if as_json is not None:
+        return as_json
     answer = _tag_content(text, "answer", last=True)
     thinking = _tag_content(text, "thinking", last=False) or ""
     if answer is None or not answer.strip():
@@ -242,14 +270,21 @@ def bind_tools(model: Runnable, tools: Sequence[Any]) -> Runnable:
     return binder(list(tools))
 
 
+#: ``constrain(model, max_tokens)`` returns the model bound to decode replies in the contract's format.
+ReplyConstrainer = Callable[[Runnable, "int | None"], Runnable]
+
+
 @dataclass
 class CallSettings:
-    """How sub-agent calls are made: format repairs, per-call time bound, shared concurrency limit."""
+    """How sub-agent calls are made: format repairs, per-call time bound, shared concurrency limit, and
+    optionally ``constrain_reply``, which binds the reply contract to the model (constrained decoding:
+    the reply cannot leave the format, so format re-asks should not happen)."""
 
     format_retries: int = _ORIGINAL_FORMAT_RETRIES
     call_timeout: float | None = None
     limiter: CallLimiter | asyncio.Semaphore | None = field(default=None, repr=False)
     max_tokens: int | None = None
+    constrain_reply: ReplyConstrainer | None = field(default=None, repr=False)
 
 
 def _content_text(message: Any) -> str:
@@ -264,10 +299,16 @@ def _content_text(message: Any) -> str:
 
 
 async def _invoke(
-    model: Runnable, messages: Sequence[BaseMessage], kwargs: dict[str, Any], settings: CallSettings
+    model: Runnable, messages: Sequence[BaseMessage], kwargs: dict[str, Any], settings: CallSettings,
+    *, tags: Sequence[str] = (),
 ) -> BaseMessage:
+    config = None
+    if tags:  # add to the tags of the surrounding run (ensure_config reads them from the context)
+        config = ensure_config()
+        config["tags"] = [*(config.get("tags") or []), *tags]
+
     async def call() -> BaseMessage:
-        coro = model.ainvoke(list(messages), **kwargs)
+        coro = model.ainvoke(list(messages), config, **kwargs)
         if settings.call_timeout is not None:
             return await asyncio.wait_for(coro, settings.call_timeout)
         return await coro
@@ -301,10 +342,13 @@ async def ask(
     if settings.max_tokens is not None:
         kwargs["max_tokens"] = settings.max_tokens
     name = model_name_of(model)
+    if settings.constrain_reply is not None:
+        model = settings.constrain_reply(model, settings.max_tokens)
     reply_text = ""
-    for _attempt in range(settings.format_retries + 1):
-        reply = await _invoke(model, messages, kwargs, settings)
+    for attempt in range(settings.format_retries + 1):
+        reply = await _invoke(model, messages, kwargs, settings, tags=(FORMAT_RETRY_TAG,) if attempt else ())
         usage.record(name, reply)
+        usage.format_retries += 1 if attempt else 0
         reply_text = _content_text(reply)
         parsed = parse_reply(reply_text)
         if parsed is not None:

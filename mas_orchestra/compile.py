@@ -9,6 +9,7 @@ sink's answer in ``final_answer``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import operator
 from collections.abc import Mapping
@@ -168,12 +169,7 @@ def compile_spec(
     registry = registry or default_registry
     settings = settings or CallSettings()
     if max_concurrency is not None:
-        settings = CallSettings(
-            format_retries=settings.format_retries,
-            call_timeout=settings.call_timeout,
-            limiter=CallLimiter(max_concurrency),
-            max_tokens=settings.max_tokens,
-        )
+        settings = dataclasses.replace(settings, limiter=CallLimiter(max_concurrency))
     from mas_orchestra.models import with_transient_retry
 
     cache: dict[int, Runnable] = {}

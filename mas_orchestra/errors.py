@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["CompileError", "MissingExtraError", "SpecError"]
+__all__ = ["CompileError", "ConstrainedDecodingError", "GrammarError", "MissingExtraError", "SpecError"]
 
 
 class SpecError(ValueError):
@@ -34,3 +34,11 @@ class MissingExtraError(ImportError):
         self.extra = extra
         self.command = command
         self.package = package
+
+
+class GrammarError(ValueError):
+    """A grammar for constrained decoding cannot be built (e.g. a parameter type it cannot express)."""
+
+
+class ConstrainedDecodingError(RuntimeError):
+    """Constrained decoding was asked for but the backend cannot do it (the message names the switch)."""

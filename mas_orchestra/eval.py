@@ -361,8 +361,8 @@ def summarize(
         valid += _is_valid(rec)
         grade_errors += rec.get("grade_error") is not None
         usage = rec.get("usage") or {}
-        for field in ("llm_calls", "orchestrator_calls", "subagent_calls", "input_tokens", "output_tokens",
-                      "total_tokens"):
+        for field in ("llm_calls", "orchestrator_calls", "subagent_calls", "format_retries", "input_tokens",
+                      "output_tokens", "total_tokens"):
             totals[field] += int(usage.get(field) or 0)
         cost += float(usage.get("cost_usd") or 0.0)
         wall += float(usage.get("wall_s") or 0.0)
@@ -387,6 +387,8 @@ def summarize(
         "total_llm_calls": totals["llm_calls"],
         "total_orchestrator_calls": totals["orchestrator_calls"],
         "total_subagent_calls": totals["subagent_calls"],
+        "total_format_retries": totals["format_retries"],
+        "format_retries_per_subagent_call": _mean(totals["format_retries"], totals["subagent_calls"]),
         "mean_total_tokens": _mean(totals["total_tokens"], runs),
         "total_input_tokens": totals["input_tokens"],
         "total_output_tokens": totals["output_tokens"],
@@ -401,7 +403,7 @@ def summarize(
     }
     if config:
         for key in ("label", "data", "orchestrator", "subagent", "dom", "grader", "judge_model", "baseline",
-                    "search", "limit", "timeout", "temperature"):
+                    "search", "limit", "timeout", "temperature", "constrained"):
             summary[key] = config.get(key)
     return summary
 
@@ -472,6 +474,7 @@ def _make_runner(
     max_retries: int,
     call_timeout: float | None,
     models: _ModelCache,
+    constrained: Any = None,
 ) -> Runner:
     """One Orchestra (or one resolved sub-agent model for a baseline), reused for every question."""
     from mas_orchestra.runtime import Orchestra, execute_spec
@@ -482,13 +485,13 @@ def _make_runner(
 
         async def run_baseline(question: str) -> Any:
             return await execute_spec(spec, question, model=sub_model, search=search, timeout=timeout,
-                                      max_retries=max_retries, call_timeout=call_timeout)
+                                      max_retries=max_retries, call_timeout=call_timeout, constrained=constrained)
 
         return run_baseline
     orchestra = Orchestra(
         models(orchestrator), sub_model, dom,  # type: ignore[arg-type]
         search=search, timeout=timeout, call_timeout=call_timeout, max_retries=max_retries,
-        orchestrator_temperature=temperature,
+        orchestrator_temperature=temperature, constrained=constrained,
     )
     return orchestra.arun
 
@@ -601,6 +604,7 @@ async def aevaluate(
     call_timeout: float | None = None,
     grade_timeout: float = 10.0,
     plot: bool = True,
+    constrained: Any = None,
 ) -> dict[str, Any]:
     """Evaluate ``rows`` (a JSONL path or dicts) and return the summary (also written to ``out_dir``).
 
@@ -611,7 +615,8 @@ async def aevaluate(
     (``bm25:<corpus.jsonl>``, ``ddg``, ``tavily``). Existing results in ``out_dir`` are resumed (see the
     module docstring); ``force`` accepts a directory written with other identity arguments.
     ``data_name`` names in-memory rows in config.json (a path names itself). ``plot=False`` skips
-    pareto.png.
+    pareto.png. ``constrained``: constrained decoding of orchestrations and sub-agent replies, as
+    :class:`~mas_orchestra.runtime.Orchestra` takes it (None: on for local models).
 
     Raises :class:`EvalInputError` (bad rows/arguments, :class:`ConfigMismatchError`),
     ``MissingCredentialsError`` / ``MissingExtraError`` / ``ValueError`` from model or backend strings.
@@ -648,6 +653,7 @@ async def aevaluate(
         "concurrency": concurrency,
         "timeout": timeout,
         "temperature": temperature,
+        "constrained": constrained,
         "grade_timeout": grade_timeout,
         "created": now,
         "updated": now,
@@ -669,7 +675,7 @@ async def aevaluate(
                 pending, plan, done, results_path, orchestrator=orchestrator, subagent=subagent, dom=dom,
                 baseline=baseline, search=search, timeout=timeout, temperature=temperature,
                 max_retries=max_retries, call_timeout=call_timeout, concurrency=concurrency, grader=grader,
-                judge=judge, grade_timeout=grade_timeout, progress=progress,
+                judge=judge, grade_timeout=grade_timeout, progress=progress, constrained=constrained,
             )
         summary = summarize(read_results(results_path).values(), config=config,
                             elapsed_s=time.perf_counter() - started)
@@ -705,6 +711,7 @@ async def _run_pending(
     judge: Any,
     grade_timeout: float,
     progress: bool,
+    constrained: Any = None,
 ) -> None:
     from mas_orchestra.grading import agrade
 
@@ -717,6 +724,7 @@ async def _run_pending(
     runner = _make_runner(
         orchestrator=orchestrator, subagent=subagent, dom=dom, baseline=baseline, search=search, timeout=timeout,
         temperature=temperature, max_retries=max_retries, call_timeout=call_timeout, models=models,
+        constrained=constrained,
     )
     deadline = grade_timeout + _GRADE_SLACK_S
 
@@ -910,7 +918,8 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         ("runs", f"{summary['runs']} ({summary['n']} questions × {summary['samples']} samples)"),
         ("accuracy", f"avg@k {summary['avg_at_k']:.1%}   pass@k {summary['pass_at_k']:.1%}"),
         ("valid", f"{summary['valid_rate']:.1%}   " + ", ".join(f"{k} {v}" for k, v in counts.items())),
-        ("llm calls", f"{summary['total_llm_calls']:,} total, {summary['mean_llm_calls']:.2f} per run"),
+        ("llm calls", f"{summary['total_llm_calls']:,} total, {summary['mean_llm_calls']:.2f} per run, "
+                      f"{summary.get('total_format_retries', 0):,} format re-asks"),
         ("tokens", f"{summary['total_tokens']:,} total, {summary['mean_total_tokens']:,.0f} per run"),
         ("cost", f"${summary['total_cost_usd']:.6f} total, ${summary['mean_cost_usd']:.6f} per run"),
         ("wall", f"{summary['total_wall_s']:.1f} s summed over runs"
@@ -929,10 +938,11 @@ def _default_out(data: str) -> Path:
 
 def _input_errors() -> tuple[type[BaseException], ...]:
     """What bad input raises: printed as one line with exit 2, never a traceback."""
+    from mas_orchestra.errors import ConstrainedDecodingError
     from mas_orchestra.models import MissingCredentialsError
 
-    return (EvalInputError, MissingCredentialsError, MissingExtraError, ValueError, FileNotFoundError,
-            ImportError, TypeError)
+    return (EvalInputError, MissingCredentialsError, MissingExtraError, ConstrainedDecodingError, ValueError,
+            FileNotFoundError, ImportError, TypeError)
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -946,7 +956,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             limit=args.limit, concurrency=args.concurrency, grader=args.grader, judge=args.judge_model,
             out_dir=out, timeout=args.timeout, baseline=args.baseline, search=args.search,
             progress=not args.no_progress and sys.stderr.isatty(), temperature=args.temperature,
-            force=args.force,
+            force=args.force, constrained=args.constrained,
         )
     except errors as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -993,6 +1003,9 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--search", default=None, help="search backend: bm25:<corpus.jsonl> | ddg | tavily")
     p.add_argument("--temperature", type=float, default=None,
                    help="orchestrator temperature (the block's temperature with --baseline)")
+    from mas_orchestra.runtime_cli import add_constrained_flag
+
+    add_constrained_flag(p)
     p.add_argument("--json", action="store_true", help="print summary.json on stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (also off when stderr is no TTY)")
     p.add_argument("--force", action="store_true", help="add to a run directory written with other arguments")

@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models.chat_models import BaseChatModel
@@ -386,7 +386,7 @@ _ROLE_BY_TYPE = {
     FunctionMessage: "function",
 }
 
-_GEN_KWARGS = frozenset({"temperature", "top_p", "max_new_tokens", "max_tokens", "seed"})
+_GEN_KWARGS = frozenset({"temperature", "top_p", "max_new_tokens", "max_tokens", "seed", "constraint"})
 
 
 def _content_text(content: str | list[Any]) -> str:
@@ -432,7 +432,9 @@ class HFChatModel(BaseChatModel):
 
     Per-call keyword arguments (``invoke(..., temperature=0)`` or ``.bind(...)``):
     ``temperature`` (``<= 0`` means greedy), ``top_p``, ``max_new_tokens`` (alias
-    ``max_tokens``) and ``seed`` (reproducible sampling without touching the global RNG).
+    ``max_tokens``), ``seed`` (reproducible sampling without touching the global RNG) and
+    ``constraint`` (an :class:`~mas_orchestra.constraints.OutputConstraint`: the reply is decoded under its
+    grammar with xgrammar; ``top_p`` is then 1 so that no sampling filter can remove every allowed token).
 
     ``torch_threads`` sets torch's intra-op thread count for this model's generations only
     (restored afterwards); ``None`` keeps torch's setting. On a small CPU shared with other
@@ -448,6 +450,9 @@ class HFChatModel(BaseChatModel):
     torch_threads: int | None = None
 
     _bundle: _LoadedModel | None = PrivateAttr(default=None)
+
+    #: Replies can be decoded under a grammar (``constraint=`` per call); see :mod:`mas_orchestra.constraints`.
+    supports_grammar_constraints: ClassVar[bool] = True
 
     @property
     def _llm_type(self) -> str:
@@ -488,12 +493,30 @@ class HFChatModel(BaseChatModel):
         top_p = float(kwargs.get("top_p", self.top_p))
         max_new = int(kwargs.get("max_new_tokens", kwargs.get("max_tokens", self.max_new_tokens)))
         seed = kwargs.get("seed")
+        constraint = kwargs.get("constraint")
         bundle = self._load()
-        text, n_in, n_out, finish = self._run(bundle, messages, stop, temperature, top_p, max_new, seed)
+        processor = None
+        if constraint is not None:
+            from mas_orchestra.decoding import ConstrainedLogitsProcessor, grammar_compiler
+
+            compiler = grammar_compiler(bundle.tokenizer, int(bundle.model.config.vocab_size))
+            processor = ConstrainedLogitsProcessor(constraint, bundle.tokenizer, compiler, max_new_tokens=max_new)
+            top_p = 1.0
+        text, n_in, n_out, finish = self._run(
+            bundle, messages, stop, temperature, top_p, max_new, seed, processor=processor
+        )
+        response_metadata: dict[str, Any] = {"model_name": self.model_name, "finish_reason": finish}
+        if processor is not None:
+            response_metadata["constrained"] = {
+                "constraint": constraint.name,
+                "stage_switches": processor.stats.stage_switches,
+                "closings": processor.stats.closings,
+                "mask_seconds": round(processor.stats.mask_seconds, 4),
+            }
         message = AIMessage(
             content=text,
             usage_metadata={"input_tokens": n_in, "output_tokens": n_out, "total_tokens": n_in + n_out},
-            response_metadata={"model_name": self.model_name, "finish_reason": finish},
+            response_metadata=response_metadata,
         )
         return ChatResult(generations=[ChatGeneration(message=message)])
 
@@ -506,6 +529,8 @@ class HFChatModel(BaseChatModel):
         top_p: float,
         max_new_tokens: int,
         seed: int | None,
+        *,
+        processor: Any = None,
     ) -> tuple[str, int, int, str]:
         """Generate under the model lock; returns (text, input, output tokens, finish reason)."""
         import torch
@@ -516,6 +541,10 @@ class HFChatModel(BaseChatModel):
             gen.update(do_sample=True, temperature=temperature, top_p=top_p)
         else:
             gen.update(do_sample=False)
+        if processor is not None:
+            from transformers import LogitsProcessorList
+
+            gen["logits_processor"] = LogitsProcessorList([processor])
         stops = [s for s in (stop or []) if s]
         if stops:
             gen.update(stop_strings=stops, tokenizer=tok)

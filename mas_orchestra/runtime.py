@@ -22,7 +22,15 @@ from pydantic import BaseModel, Field, field_validator
 
 from agents.base import AgentResult, CallSettings
 from mas_orchestra.compile import NodeExecutionError, compile_spec
+from mas_orchestra.constraints import (
+    ConstrainedSetting,
+    OrchestrationConstraint,
+    bind_constraint,
+    constraint_mode,
+    reply_constrainer,
+)
 from mas_orchestra.errors import CompileError, SpecError
+from mas_orchestra.grammar import GrammarLimits
 from mas_orchestra.models import resolve_model, with_transient_retry
 from mas_orchestra.prompts import orchestrator_prompt
 from mas_orchestra.registry import AgentRegistry, default_registry, offered_registry
@@ -30,9 +38,13 @@ from mas_orchestra.spec import GraphSpec
 from mas_orchestra.usage import ORCHESTRATOR_TAG, RunUsage, UsageCallback
 from mas_orchestra.xml_format import parse_orchestration
 
-__all__ = ["Orchestra", "Outcome", "Status", "execute_spec"]
+__all__ = ["DEFAULT_CONSTRAINED_MAX_TOKENS", "Orchestra", "Outcome", "Status", "execute_spec"]
 
 log = logging.getLogger(__name__)
+
+#: Orchestrator token budget of a constrained local model when none is given (the stages fit any budget;
+#: this one leaves room for a plan and a few agents).
+DEFAULT_CONSTRAINED_MAX_TOKENS = 512
 
 
 class Status(str, enum.Enum):
@@ -143,13 +155,18 @@ async def execute_spec(
     retry_initial_delay: float = 1.0,
     orchestration: str = "",
     callbacks: list[Any] | None = None,
+    constrained: ConstrainedSetting = None,
 ) -> Outcome:
-    """Compile and run an already parsed spec; the outcome statuses are those of :class:`Orchestra`."""
+    """Compile and run an already parsed spec; the outcome statuses are those of :class:`Orchestra`.
+
+    ``constrained`` decodes the sub-agents' replies under the reply grammar (see :class:`Orchestra`).
+    """
     run = _Run(question)
     run.spec, run.orchestration = spec, orchestration
+    constrain = reply_constrainer(constraint_mode(constrained, model))
     events = _execute(run, model=model, search=search, registry=registry or default_registry,
                       max_retries=max_retries, max_concurrency=max_concurrency, call_timeout=call_timeout,
-                      retry_initial_delay=retry_initial_delay, callbacks=callbacks or [])
+                      retry_initial_delay=retry_initial_delay, callbacks=callbacks or [], constrain_reply=constrain)
     return await _drain(events, run, timeout)
 
 
@@ -207,11 +224,13 @@ async def _execute(
     retry_initial_delay: float,
     callbacks: list[Any],
     parent: Any = None,
+    constrain_reply: Any = None,
 ) -> AsyncIterator[dict[str, Any]]:
     assert run.spec is not None
     try:
+        settings = CallSettings(call_timeout=call_timeout, constrain_reply=constrain_reply)
         graph = compile_spec(
-            run.spec, model, search=search, registry=registry, settings=CallSettings(call_timeout=call_timeout),
+            run.spec, model, search=search, registry=registry, settings=settings,
             max_concurrency=max_concurrency, max_retries=max_retries, retry_initial_delay=retry_initial_delay,
         )
     except CompileError as exc:
@@ -248,6 +267,13 @@ class Orchestra:
     jitter. ``max_concurrency`` bounds model calls in flight; ``requests_per_second`` rate-limits
     API models given as strings (LangChain's ``InMemoryRateLimiter``). ``agents`` restricts the
     agent kinds offered (names or aliases).
+
+    ``constrained``: decode the orchestration and the sub-agent replies under grammars generated from the
+    registry, so that the orchestration always parses and validates and replies always parse
+    (:mod:`mas_orchestra.constraints`). ``None`` (default): on for local models (embedded, hf:), off for
+    others; ``True``: on, and a backend that cannot do it raises :class:`ConstrainedDecodingError` here;
+    ``False``: off; ``"auto"``: on where the backend can, off with a logged warning elsewhere.
+    ``grammar_limits`` bounds what a constrained orchestration may contain (agents, text lengths).
     """
 
     def __init__(
@@ -267,6 +293,8 @@ class Orchestra:
         orchestrator_max_tokens: int | None = None,
         retry_initial_delay: float = 1.0,
         requests_per_second: float | None = None,
+        constrained: ConstrainedSetting = None,
+        grammar_limits: GrammarLimits | None = None,
     ) -> None:
         if dom not in ("high", "low"):
             raise ValueError(f"dom must be 'high' or 'low', got {dom!r}")
@@ -294,6 +322,24 @@ class Orchestra:
         self._orchestrator_kwargs: dict[str, Any] = {}
         if orchestrator_temperature is not None:
             self._orchestrator_kwargs["temperature"] = orchestrator_temperature
+        # Constrained decoding: fail here, at construction, if a backend cannot do what was asked.
+        orchestrator_mode = constraint_mode(constrained, self.orchestrator)
+        subagent_mode = constraint_mode(constrained, self.subagent)
+        self.orchestration_constraint: OrchestrationConstraint | None = None
+        self._orchestrator_call: Runnable = self.orchestrator
+        if orchestrator_mode != "off":
+            self.orchestration_constraint = OrchestrationConstraint(
+                dom=dom, registry=self.registry, limits=grammar_limits or GrammarLimits()
+            )
+            self.orchestration_constraint.grammar()  # a kind the grammar cannot express raises GrammarError now
+            if orchestrator_max_tokens is None:
+                orchestrator_max_tokens = DEFAULT_CONSTRAINED_MAX_TOKENS
+            self._orchestrator_call = bind_constraint(
+                self.orchestrator, self.orchestration_constraint, max_tokens=orchestrator_max_tokens,
+                fallback=orchestrator_mode == "fallback",
+            )
+        self._constrain_reply = reply_constrainer(subagent_mode, self.subagent)
+        self.constrained = {"orchestrator": orchestrator_mode, "subagent": subagent_mode}
         if orchestrator_max_tokens is not None:
             self._orchestrator_kwargs["max_tokens"] = orchestrator_max_tokens
 
@@ -306,7 +352,7 @@ class Orchestra:
     async def aorchestrate(self, question: str, *, callbacks: Any = None) -> str:
         """Only the orchestrator call: the raw orchestration text."""
         _check_question(question)
-        model = with_transient_retry(self.orchestrator, self.max_retries, initial_delay=self.retry_initial_delay)
+        model = with_transient_retry(self._orchestrator_call, self.max_retries, initial_delay=self.retry_initial_delay)
         config: RunnableConfig = {"callbacks": callbacks, "tags": [ORCHESTRATOR_TAG], "run_name": "orchestrator"}
         reply = await model.ainvoke([HumanMessage(content=self.prompt(question))], config, **self._orchestrator_kwargs)
         return _text_of(reply)
@@ -375,6 +421,7 @@ class Orchestra:
             run, model=self.subagent, search=self.search, registry=self.registry, max_retries=self.max_retries,
             max_concurrency=self.max_concurrency, call_timeout=self.call_timeout,
             retry_initial_delay=self.retry_initial_delay, callbacks=[], parent=child,
+            constrain_reply=self._constrain_reply,
         ):
             yield event
 

@@ -6,13 +6,26 @@ import argparse
 import sys
 from typing import Any
 
-__all__ = ["add_cli", "format_outcome"]
+__all__ = ["add_cli", "add_constrained_flag", "format_outcome"]
+
+
+def add_constrained_flag(parser: argparse.ArgumentParser) -> None:
+    """``--constrained`` / ``--no-constrained`` / ``--constrained-auto`` into ``args.constrained``."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--constrained", dest="constrained", action="store_const", const=True, default=None,
+                       help="decode orchestrations and sub-agent replies under grammars (default: on for "
+                       "embedded/hf: models, off otherwise); an unsupported backend is an error")
+    group.add_argument("--no-constrained", dest="constrained", action="store_const", const=False,
+                       help="never constrain decoding")
+    group.add_argument("--constrained-auto", dest="constrained", action="store_const", const="auto",
+                       help="constrain where the backend can, fall back with a warning elsewhere")
 
 
 def _usage_table(outcome: Any) -> str:
     u = outcome.usage
     rows = [
-        ("llm calls", f"{u.llm_calls} (orchestrator {u.orchestrator_calls}, sub-agents {u.subagent_calls})"),
+        ("llm calls", f"{u.llm_calls} (orchestrator {u.orchestrator_calls}, sub-agents {u.subagent_calls}, "
+                      f"format re-asks {u.format_retries})"),
         ("tokens", f"{u.total_tokens:,} (in {u.input_tokens:,}, out {u.output_tokens:,})"),
         ("cost", f"${u.cost_usd:.6f}" + (f" (unpriced: {', '.join(u.unpriced_models)})" if u.unpriced_models else "")),
         ("wall", f"{u.wall_s:.2f} s"),
@@ -41,7 +54,7 @@ def format_outcome(outcome: Any, *, show_orchestration: bool = True) -> str:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from mas_orchestra.errors import MissingExtraError
+    from mas_orchestra.errors import ConstrainedDecodingError, MissingExtraError
     from mas_orchestra.models import MissingCredentialsError
     from mas_orchestra.runtime import Orchestra
 
@@ -55,9 +68,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
             orchestrator=args.orchestrator, subagent=args.subagent, dom=args.dom, search=search,
             timeout=args.timeout, call_timeout=args.call_timeout, max_retries=args.max_retries,
             max_concurrency=args.concurrency, orchestrator_temperature=args.temperature,
-            orchestrator_max_tokens=args.max_tokens, requests_per_second=args.rps,
+            orchestrator_max_tokens=args.max_tokens, requests_per_second=args.rps, constrained=args.constrained,
         )
-    except (MissingExtraError, MissingCredentialsError, ValueError, FileNotFoundError, ImportError) as exc:
+    except (MissingExtraError, MissingCredentialsError, ConstrainedDecodingError, ValueError, FileNotFoundError,
+            ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     outcome = orchestra.run(args.question)
@@ -83,6 +97,7 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--temperature", type=float, default=None, help="orchestrator sampling temperature")
     p.add_argument("--max-tokens", type=int, default=None, help="orchestrator max new tokens")
     p.add_argument("--rps", type=float, default=None, help="rate limit for API models, requests per second")
+    add_constrained_flag(p)
     p.add_argument("--json", action="store_true", help="print the Outcome as JSON")
     p.set_defaults(func=_cmd_run)
 

@@ -10,7 +10,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.outputs import LLMResult
 from pydantic import BaseModel, Field
 
-from agents.base import ModelUsage
+from agents.base import FORMAT_RETRY_TAG, ModelUsage
 from mas_orchestra.pricing import cost_usd
 
 __all__ = ["ORCHESTRATOR_TAG", "RunUsage", "UsageCallback"]
@@ -19,12 +19,17 @@ ORCHESTRATOR_TAG = "mas:orchestrator"
 
 
 class RunUsage(BaseModel):
-    """What one run cost: calls, tokens, dollars and wall time."""
+    """What one run cost: calls, tokens, dollars and wall time.
+
+    ``format_retries`` counts sub-agent calls that re-asked after an unparseable reply (they are included
+    in ``subagent_calls``); constrained decoding should keep it at 0.
+    """
 
     llm_calls: int = 0
     orchestrator_calls: int = 0
     subagent_calls: int = 0
     failed_calls: int = 0
+    format_retries: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
     total_tokens: int = 0
@@ -66,6 +71,8 @@ class UsageCallback(BaseCallbackHandler):
                 u.orchestrator_calls += 1
             else:
                 u.subagent_calls += 1
+            if tags and FORMAT_RETRY_TAG in tags:
+                u.format_retries += 1
             u.input_tokens += inp
             u.output_tokens += out
             u.total_tokens = u.input_tokens + u.output_tokens

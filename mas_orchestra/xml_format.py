@@ -166,6 +166,9 @@ def parse_orchestration(
 ) -> GraphSpec:
     """Parse orchestration text (DESIGN §3) into a validated :class:`GraphSpec`.
 
+    Text that is one JSON object is read as our JSON spec form (what an orchestrator constrained by a JSON
+    schema writes), with ``dom`` as its default DoM.
+
     Raises :class:`SpecError` — and only that — for anything malformed or invalid, listing every
     problem found.
     """
@@ -177,6 +180,9 @@ def parse_orchestration(
         raise SpecError(f"orchestration is {len(text):,} characters; the limit is {MAX_TEXT_CHARS:,}")
     registry = registry or default_registry
     text = _strip_harmony(text)
+    stripped = text.strip()
+    if stripped.startswith("{") and stripped.endswith("}"):
+        return _parse_json_form(stripped, dom, registry)
     doc = _Doc(text, _STRUCTURE_TAGS | _param_tags(registry))
     end = len(text)
     problems: list[str] = []
@@ -259,6 +265,19 @@ def parse_orchestration(
     data["nodes"] = [
         {k: v for k, v in n.items() if not k.startswith("_")} for n in nodes
     ]
+    return spec_from_data(data, registry=registry)
+
+
+def _parse_json_form(text: str, dom: Literal["high", "low"], registry: AgentRegistry) -> GraphSpec:
+    """Our JSON spec form (what JSON-schema constrained orchestrators write); the DoM defaults to ``dom``."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise SpecError("JSON is nested too deeply") from None
+    if isinstance(data, dict):
+        data.setdefault("dom", dom)
     return spec_from_data(data, registry=registry)
 
 
