@@ -178,9 +178,10 @@ class ReplyConstraint(OutputConstraint):
     """The sub-agent reply contract ``<thinking>…</thinking><answer>…</answer>``, fitted to the token budget.
 
     With a budget of ``max_tokens``, the answer may take ``min(answer_chars, max_tokens // 4)`` characters
-    and that many tokens (plus markup) are reserved for it: when only the reserve is left and the thinking
-    is still open, decoding is switched to a grammar that closes it and writes the answer — so a reply is
-    complete even when the model would have reasoned past its budget.
+    and that many tokens plus the closing markup (counted at one token per character) are reserved for it:
+    when only the reserve is left and the thinking is still open, decoding is switched to a grammar that
+    closes it and writes the answer — so a reply is complete even when the model would have reasoned past
+    its budget.
     """
 
     name: str = "reply"
@@ -194,14 +195,15 @@ class ReplyConstraint(OutputConstraint):
         return reply_grammar(self.thinking_chars, self._answer_chars(max_tokens))
 
     def reserve_tokens(self, max_tokens: int | None) -> int:
-        return 0 if max_tokens is None else self._answer_chars(max_tokens) + 16
+        # Counted at one token per character, markup included: the closing fits however it is tokenized.
+        return 0 if max_tokens is None else self._answer_chars(max_tokens) + len(_CLOSE) + len(_END) + 2
 
     def closing_grammar(self, text: str, remaining: int) -> str | None:
         if "</thinking>" in text or not text.startswith("<thinking>"):
             return None  # already answering (its length is bounded), or not started: nothing to cut
         # The text may end inside the closing tag ("…</thin"): continue the tag rather than restart it.
         keep = next((n for n in range(len(_CLOSE), 0, -1) if text.endswith(_CLOSE[:n])), 0)
-        chars = max(1, min(self.answer_chars, remaining - 16))  # the markup left takes < 16 tokens
+        chars = max(1, min(self.answer_chars, remaining - (len(_CLOSE) - keep) - len(_END) - 1))
         return f'root ::= {json.dumps(_CLOSE[keep:])} [^<\\n\\t ] [^<]{{0,{chars - 1}}} "</answer>"\n'
 
     def json_schema(self) -> dict[str, Any]:
@@ -209,6 +211,7 @@ class ReplyConstraint(OutputConstraint):
 
 
 _CLOSE = "</thinking>\n<answer>"
+_END = "</answer>"
 
 
 def structured_output_backend(model: Any) -> Backend | None:

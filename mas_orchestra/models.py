@@ -17,6 +17,7 @@ from typing import Any
 
 from langchain_core.runnables import Runnable
 
+from mas_orchestra.constraints import BACKEND_METADATA_KEY
 from mas_orchestra.errors import MissingExtraError
 
 __all__ = [
@@ -142,7 +143,9 @@ def resolve_model(
         _need("langchain", "openai", f"model {text!r}")
         from langchain.chat_models import init_chat_model
 
-        return init_chat_model(text, max_retries=0, timeout=timeout, **api_kwargs, **kwargs)
+        # The metadata tells constrained decoding that this API takes a JSON-schema response_format.
+        return init_chat_model(text, max_retries=0, timeout=timeout, metadata={BACKEND_METADATA_KEY: "openai"},
+                               **api_kwargs, **kwargs)
     if prefix == "together" and rest:
         _need("langchain_together", "together", f"model {text!r}")
         if not os.environ.get("TOGETHER_API_KEY"):
@@ -158,7 +161,7 @@ def resolve_model(
         url = url if url.rstrip("/").endswith("/v1") else url.rstrip("/") + "/v1"
         return openai_mod.ChatOpenAI(
             model=name, base_url=url, api_key=os.environ.get("VLLM_API_KEY", "EMPTY"),
-            max_retries=0, timeout=timeout, **api_kwargs, **kwargs,
+            max_retries=0, timeout=timeout, metadata={BACKEND_METADATA_KEY: "vllm"}, **api_kwargs, **kwargs,
         )
     if prefix == "python" and rest:
         module_name, _, attr = rest.rpartition(":")

@@ -52,7 +52,7 @@ def _example(dom: str, registry: AgentRegistry) -> str:
             {
                 "thinking": "The task needs careful multi-step reasoning, so I delegate it whole.",
                 "dom": "low",
-                "nodes": [{"id": "result", "agent": "reflexion", "description": "Solve and self-check", "input": ""}],
+                "nodes": [{"id": "A1", "agent": "reflexion", "description": "Solve and self-check", "input": ""}],
             },
             registry=registry,
         )
@@ -61,13 +61,13 @@ def _example(dom: str, registry: AgentRegistry) -> str:
             {
                 "thinking": "Two independent parts; solve them separately, then combine.",
                 "nodes": [
-                    {"id": "PART_1", "agent": "cot", "description": "First part", "input": "Solve the first part."},
-                    {"id": "PART_2", "agent": "sc", "description": "Second part", "input": "Solve the second part.",
+                    {"id": "A1", "agent": "cot", "description": "First part", "input": "Solve the first part."},
+                    {"id": "A2", "agent": "sc", "description": "Second part", "input": "Solve the second part.",
                      "params": {"samples": 3}},
-                    {"id": "FINAL", "agent": "cot", "description": "Combine",
-                     "input": "Combine ${PART_1} and ${PART_2} into the final answer."},
+                    {"id": "A3", "agent": "cot", "description": "Combine",
+                     "input": "Combine ${A1} and ${A2} into the final answer."},
                 ],
-                "edges": [{"source": "PART_1", "target": "FINAL"}, {"source": "PART_2", "target": "FINAL"}],
+                "edges": [{"source": "A1", "target": "A3"}, {"source": "A2", "target": "A3"}],
             },
             registry=registry,
         )

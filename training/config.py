@@ -49,6 +49,12 @@ class OrchestraGRPOConfig:
     search: str | None = field(default=None, metadata=_help(
         "search backend for WebSearchAgent nodes: bm25:<corpus.jsonl> | ddg | tavily (without one the search "
         "agent is not offered)"))
+    constrained: bool = field(default=True, metadata=_help(
+        "sample rollouts under the orchestration grammar (transformers: staged xgrammar decoding fitted to "
+        "max_completion_length, every rollout a valid spec; vLLM: the one-piece grammar as structured_outputs) "
+        "and decode local sub-agents' replies under the reply grammar; false = free sampling"))
+    max_agents: int = field(default=4, metadata=_help(
+        "most agents a constrained high-DoM orchestration may declare"))
     # -- data and reward ------------------------------------------------------------------------------------
     dataset: str = field(default="masbench:depth:2:n=8:seed=0:split=train", metadata=_help(
         "training data: masbench:<axis>:<values>[:n=..][:seed=..][:split=..], jsonl:<path> or <path>.jsonl "

@@ -74,8 +74,21 @@ def _flag(value: str, default: bool) -> bool:
     return default if value == "auto" else value == "true"
 
 
-def build_grpo_config(cfg: OrchestraGRPOConfig, *, cuda: bool, bf16_ok: bool) -> Any:
-    """TRL's ``GRPOConfig`` for our config (argument names checked against the installed TRL 1.16)."""
+def _orchestration_constraint(cfg: OrchestraGRPOConfig, registry: Any) -> Any:
+    from mas_orchestra.constraints import OrchestrationConstraint
+    from mas_orchestra.grammar import GrammarLimits
+
+    constraint = OrchestrationConstraint(dom=cfg.dom, registry=registry,  # type: ignore[arg-type]
+                                         limits=GrammarLimits(max_agents=cfg.max_agents))
+    constraint.grammar()  # a kind the grammar cannot express fails here, before any model loads
+    return constraint
+
+
+def build_grpo_config(cfg: OrchestraGRPOConfig, *, cuda: bool, bf16_ok: bool, constraint: Any = None) -> Any:
+    """TRL's ``GRPOConfig`` for our config (argument names checked against the installed TRL 1.16).
+
+    With vLLM rollouts and a ``constraint``, its one-piece grammar goes to vLLM's structured outputs.
+    """
     from trl import GRPOConfig
 
     bf16 = _flag(cfg.bf16, cuda and bf16_ok)
@@ -121,6 +134,10 @@ def build_grpo_config(cfg: OrchestraGRPOConfig, *, cuda: bool, bf16_ok: bool) ->
             kwargs["vllm_max_model_length"] = cfg.max_prompt_length + cfg.max_completion_length
         if cfg.vllm_mode == "server":
             kwargs["vllm_server_base_url"] = cfg.vllm_server_url
+        if constraint is not None:
+            # One request per rollout: the whole grammar in one piece (the staged, budget-fitted decoding
+            # runs only where we own the sampling loop, i.e. transformers generation).
+            kwargs["generation_kwargs"] = {"structured_outputs": {"grammar": constraint.grammar()}}
     return GRPOConfig(**kwargs)
 
 
@@ -174,14 +191,16 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         final_answer_weight=cfg.final_answer_weight, execution_success_weight=cfg.execution_success_weight,
         max_concurrency=cfg.reward_concurrency, timeout=cfg.reward_timeout, max_retries=cfg.max_retries,
         registry=registry, cost_metric=cfg.cost_metric, call_timeout=cfg.call_timeout, judge=cfg.judge,
+        constrained=None if cfg.constrained else False,
     )
+    constraint = _orchestration_constraint(cfg, registry) if cfg.constrained else None
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     dataset = filter_long_prompts(
         build_dataset(cfg.dataset, cfg.dom, registry=registry, limit=cfg.limit), tokenizer, cfg.max_prompt_length
     )
-    args = build_grpo_config(cfg, cuda=cuda, bf16_ok=bf16_ok)
+    args = build_grpo_config(cfg, cuda=cuda, bf16_ok=bf16_ok, constraint=constraint)
     peft_config = LoraConfig(
         r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
         target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM",
@@ -193,6 +212,10 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         model=model_path, reward_funcs=[reward], args=args, train_dataset=dataset, processing_class=tokenizer,
         peft_config=peft_config, callbacks=[timer],
     )
+    if constraint is not None and not cfg.use_vllm:
+        from mas_orchestra.decoding import constrain_generate
+
+        trainer.decoding_stats = constrain_generate(trainer.model, tokenizer, constraint)
     checkpoint = _resume_checkpoint(cfg)
     trainer.train(resume_from_checkpoint=checkpoint)
 

@@ -232,6 +232,7 @@ class OutcomeReward:
         grade_timeout: float = 5.0,
         judge: Any = None,
         retry_initial_delay: float = 1.0,
+        constrained: Any = None,
     ) -> None:
         if dom not in ("high", "low"):
             raise ValueError(f"dom must be 'high' or 'low', got {dom!r}")
@@ -263,6 +264,7 @@ class OutcomeReward:
         self.graph_concurrency = graph_concurrency
         self.grade_timeout = grade_timeout
         self.retry_initial_delay = retry_initial_delay
+        self.constrained = constrained
         self.last_batch: dict[str, Any] | None = None
         self.history: list[dict[str, float]] = []
         self.calls = 0
@@ -337,6 +339,7 @@ class OutcomeReward:
             spec, str(question), model=self.subagent, search=self.search, registry=self.registry,
             timeout=self.timeout, max_retries=self.max_retries, max_concurrency=self.graph_concurrency,
             call_timeout=self.call_timeout, retry_initial_delay=self.retry_initial_delay, orchestration=text,
+            constrained=self.constrained,
         )
         usage = outcome.usage
         record.status = outcome.status.value
@@ -416,7 +419,8 @@ def make_outcome_reward(
     ``timeout``: seconds one MAS may run before it scores 0 as ``timeout``. Further keywords:
     ``cost_metric`` (``subagent_calls`` | ``total_tokens`` | ``cost_usd``), ``call_timeout`` (one sub-agent
     call), ``graph_concurrency`` (model calls in flight inside one MAS), ``grade_timeout``, ``judge`` (the
-    model for ``grader="judge"``), ``retry_initial_delay``.
+    model for ``grader="judge"``), ``retry_initial_delay``, ``constrained`` (sub-agent replies under the reply
+    grammar, as :class:`mas_orchestra.Orchestra` takes it; None: on for local models).
     """
     return OutcomeReward(
         subagent=subagent, dom=dom, grader=grader, search=search, cost_weight=cost_weight,

@@ -29,7 +29,13 @@ def peak_rss_mb() -> float:
 
 
 class OrchestraGRPOTrainer(GRPOTrainer):
-    """``GRPOTrainer`` + the outcome-reward metrics in every log entry."""
+    """``GRPOTrainer`` + the outcome-reward metrics in every log entry.
+
+    ``decoding_stats`` (set when rollouts are decoded under a grammar, see
+    :func:`mas_orchestra.decoding.constrain_generate`) adds ``constrained/*`` counters to the logs.
+    """
+
+    decoding_stats: Any = None
 
     def _outcome_rewards(self) -> list[Any]:
         return [f for f in self.reward_funcs if hasattr(f, "pop_records")]
@@ -47,6 +53,12 @@ class OrchestraGRPOTrainer(GRPOTrainer):
             if not self.model.training:
                 metrics = {f"eval_{k}": v for k, v in metrics.items()}
             logs.update(metrics)
+        stats = self.decoding_stats
+        if stats is not None and self.model.training:
+            logs["constrained/rollouts"] = float(stats.rows)
+            logs["constrained/stage_switches"] = float(stats.stage_switches)
+            logs["constrained/closings"] = float(stats.closings)
+            logs["constrained/mask_seconds"] = float(stats.mask_seconds)
         super().log(logs, start_time)
 
 

@@ -1,0 +1,305 @@
+"""Grammars and constrained decoding: every sentence the decoder can produce is a valid orchestration.
+
+The property tests decode at random under the real xgrammar processor (:class:`ConstrainedLogitsProcessor`)
+with a small character vocabulary plus whole-tag tokens, so no model is needed: random logits, real masks,
+real stage switches and budget fitting. Every decoded text must parse and validate.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import string
+
+import pytest
+from pydantic import Field
+
+from mas_orchestra.constraints import (
+    OrchestrationConstraint,
+    ReplyConstraint,
+    bind_constraint,
+    constraint_mode,
+    structured_output_backend,
+)
+from mas_orchestra.errors import ConstrainedDecodingError, GrammarError, SpecError
+from mas_orchestra.grammar import (
+    EDGE_MARKER,
+    GrammarLimits,
+    edge_grammar,
+    orchestration_grammar,
+    orchestration_json_schema,
+    references_by_agent,
+)
+from mas_orchestra.registry import AgentRegistry, Params, default_registry, offered_registry, register_agent
+from mas_orchestra.runtime import Orchestra, Status
+from mas_orchestra.spec import spec_from_data
+from mas_orchestra.testing import ScriptedChatModel
+from mas_orchestra.xml_format import parse_orchestration
+
+xgr = pytest.importorskip("xgrammar")
+torch = pytest.importorskip("torch")
+
+from mas_orchestra.decoding import ConstrainedLogitsProcessor  # noqa: E402
+
+REGISTRY = offered_registry()  # no search backend: the five blocks minus search
+SMALL = GrammarLimits(max_agents=4, thinking_chars=12, description_chars=6, input_chars=14, answer_chars=8,
+                      string_param_chars=5)
+
+
+# -- a tokenizer without a model: characters plus whole tags ----------------------------------------------
+
+
+class CharTokenizer:
+    """Printable characters, newline, the format's tags as single tokens, and an end token."""
+
+    def __init__(self) -> None:
+        tags = ["<thinking>", "</thinking>", "<agent>", "</agent>", "<agent_id>", "</agent_id>", "<agent_name>",
+                "</agent_name>", "<agent_description>", "</agent_description>", "<required_arguments>",
+                "</required_arguments>", "<agent_input>", "</agent_input>", "<edge>", "</edge>", "<from>",
+                "</from>", "<to>", "</to>", "<answer>", "</answer>", "<agent_output_id>", "</agent_output_id>",
+                "<samples>", "</samples>", "<rounds>", "</rounds>", "<temperature>", "</temperature>",
+                "<debate_roles>", "</debate_roles>", "CoTAgent", "SCAgent", "ReflexionAgent", "DebateAgent", "PlannerAgent",
+                "<depth>", "</depth>", "<style>", "</style>",
+                "  ", "    ", "${A"]
+        self.vocab = ["<eos>", *string.printable.replace("\x0b", "").replace("\x0c", "").replace("\r", ""), *tags]
+        self.eos_token_id = 0
+        self.multi = torch.tensor([len(t) > 1 and i > 0 for i, t in enumerate(self.vocab)])
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return "".join(self.vocab[i] for i in ids if i != self.eos_token_id)
+
+
+TOKENIZER = CharTokenizer()
+COMPILER = xgr.GrammarCompiler(xgr.TokenizerInfo(TOKENIZER.vocab, stop_token_ids=[0]), cache_enabled=True)
+
+
+def decode_at_random(constraint, *, rows: int, max_new: int, seed: int, tag_bias: float = 4.0) -> list[str]:
+    """Sample ``rows`` texts under ``constraint`` with random logits (tags favoured, as a BPE model would)."""
+    gen = torch.Generator().manual_seed(seed)
+    processor = ConstrainedLogitsProcessor(constraint, TOKENIZER, COMPILER, max_new_tokens=max_new)
+    ids = torch.zeros((rows, 1), dtype=torch.long)
+    finished = torch.zeros(rows, dtype=torch.bool)
+    for _ in range(max_new):
+        scores = torch.randn((rows, len(TOKENIZER.vocab)), generator=gen) + tag_bias * TOKENIZER.multi
+        scores = processor(ids, scores)
+        nxt = torch.multinomial(torch.softmax(scores, dim=-1), 1, generator=gen).squeeze(1)
+        nxt = torch.where(finished, torch.zeros_like(nxt), nxt)
+        finished |= nxt == 0
+        ids = torch.cat([ids, nxt[:, None]], dim=1)
+        if bool(finished.all()):
+            break
+    assert bool(finished.all()), "a row ran out of tokens: the budget fitting failed"
+    return [TOKENIZER.decode(row[1:].tolist()) for row in ids]
+
+
+# -- grammar text ------------------------------------------------------------------------------------------
+
+
+def test_emitted_orchestrations_are_sentences_of_the_grammar() -> None:
+    spec = spec_from_data({
+        "thinking": "two parts, then combine",
+        "nodes": [
+            {"id": "A1", "agent": "cot", "description": "first", "input": "Solve part 1."},
+            {"id": "A2", "agent": "sc", "description": "second", "input": "", "params": {"samples": 3}},
+            {"id": "A3", "agent": "debate", "description": "d", "input": "x",
+             "params": {"roles": ["Math expert", "Critic"], "rounds": 2, "temperature": 0.7}},
+            {"id": "A4", "agent": "reflexion", "description": "combine", "input": "Combine ${A1}, ${A2} and ${A3}."},
+        ],
+        "edges": [{"source": "A1", "target": "A4"}, {"source": "A2", "target": "A4"},
+                  {"source": "A3", "target": "A4"}],
+    })
+    grammar = xgr.Grammar.from_ebnf(orchestration_grammar("high", REGISTRY))
+    assert xgr.testing._is_grammar_accept_string(grammar, spec.to_xml())
+    low = spec_from_data({"thinking": "hard", "dom": "low",
+                          "nodes": [{"id": "A1", "agent": "reflexion", "description": "all", "input": ""}]})
+    assert xgr.testing._is_grammar_accept_string(xgr.Grammar.from_ebnf(orchestration_grammar("low", REGISTRY)),
+                                                 low.to_xml())
+
+
+@pytest.mark.parametrize("text", [
+    # a reference to a later agent, a cycle-making edge, a duplicate edge, a sink too many, a bad id,
+    # an unknown block, a sample count over its cap, a single debate role
+    "<thinking>t</thinking>\n<agent>\n  <agent_id>A1</agent_id>\n  <agent_name>CoTAgent</agent_name>\n"
+    "  <agent_description></agent_description>\n  <required_arguments>\n    <agent_input>${A2}</agent_input>",
+    "<edge>\n  <from>A2</from><to>A1</to>",
+    "<edge>\n  <from>A1</from><to>A2</to>\n  <from>A1</from><to>A2</to>",
+    "<agent>\n  <agent_id>B1</agent_id>",
+    "<agent_name>PlannerAgent</agent_name>",
+    "<samples>21</samples>",
+    '<debate_roles>["only one"]</debate_roles>',
+])
+def test_invalid_pieces_are_not_in_the_grammar(text: str) -> None:
+    grammar = xgr.Grammar.from_ebnf(orchestration_grammar("high", REGISTRY))
+    assert not xgr.testing._is_grammar_accept_string(grammar, _complete_around(text))
+
+
+def _complete_around(piece: str) -> str:
+    """A full two-agent orchestration with ``piece`` swapped in, so only the piece can make it fail."""
+    base = (
+        "<thinking>t</thinking>\n<agent>\n  <agent_id>A1</agent_id>\n  <agent_name>CoTAgent</agent_name>\n"
+        "  <agent_description></agent_description>\n  <required_arguments>\n    <agent_input></agent_input>\n"
+        "  </required_arguments>\n</agent>\n<agent>\n  <agent_id>A2</agent_id>\n  <agent_name>SCAgent</agent_name>\n"
+        "  <agent_description></agent_description>\n  <required_arguments>\n    <agent_input>${A1}</agent_input>\n"
+        "    <samples>3</samples>\n  </required_arguments>\n</agent>\n<edge>\n  <from>A1</from><to>A2</to>\n</edge>"
+    )
+    if piece.startswith("<thinking>"):
+        return piece + "\n  </required_arguments>\n</agent>"
+    if piece.startswith("<edge>"):
+        return base.split("\n<edge>")[0] + "\n" + piece + "\n</edge>"
+    if piece.startswith("<agent>"):
+        return base.replace("<agent>\n  <agent_id>A1</agent_id>", piece, 1)
+    if piece.startswith("<agent_name>"):
+        return base.replace("<agent_name>CoTAgent</agent_name>", piece, 1)
+    if piece.startswith("<samples>"):
+        return base.replace("<samples>3</samples>", piece)
+    return base.replace("<samples>3</samples>", piece).replace("SCAgent", "DebateAgent")
+
+
+def test_edge_grammar_requires_an_edge_for_every_reference() -> None:
+    agents = (
+        "<thinking></thinking>"
+        + "".join(
+            f"\n<agent>\n  <agent_id>A{k}</agent_id>\n  <agent_name>CoTAgent</agent_name>\n"
+            f"  <agent_description></agent_description>\n  <required_arguments>\n"
+            f"    <agent_input>{inp}</agent_input>\n  </required_arguments>\n</agent>"
+            for k, inp in ((1, ""), (2, "use ${A1}"), (3, "use ${A1} and ${A2}"))
+        )
+        + EDGE_MARKER
+    )
+    assert references_by_agent(agents) == {1: set(), 2: {1}, 3: {1, 2}}
+    grammar = xgr.Grammar.from_ebnf(edge_grammar(agents))
+    with_all = "\n  <from>A1</from><to>A2</to>\n  <from>A1</from><to>A3</to>\n  <from>A2</from><to>A3</to>\n</edge>"
+    missing = "\n  <from>A1</from><to>A2</to>\n  <from>A2</from><to>A3</to>\n</edge>"  # A3 uses ${A1}
+    assert xgr.testing._is_grammar_accept_string(grammar, with_all)
+    assert not xgr.testing._is_grammar_accept_string(grammar, missing)
+    parse_orchestration(agents + with_all)  # and the parser agrees
+
+
+# -- property: random decoding under the processor only yields valid specs ---------------------------------
+
+
+@pytest.mark.parametrize("dom", ["high", "low"])
+def test_random_constrained_decoding_always_yields_a_valid_spec(dom: str) -> None:
+    constraint = OrchestrationConstraint(dom=dom, registry=REGISTRY, limits=SMALL)
+    texts = decode_at_random(constraint, rows=24, max_new=600, seed=7)
+    specs = [parse_orchestration(text, dom=dom, registry=REGISTRY) for text in texts]  # raises if any is invalid
+    if dom == "high":
+        sizes = {len(s.nodes) for s in specs}
+        assert len(sizes) > 1, f"random decoding should vary the number of agents, got {sizes}"
+        assert any(s.edges for s in specs)
+        kinds = {n.agent for s in specs for n in s.nodes}
+        assert len(kinds) >= 3, kinds
+    else:
+        assert all(len(s.nodes) <= 1 for s in specs)
+
+
+@pytest.mark.parametrize("budget", [90, 160, 300])
+def test_staged_decoding_fits_any_budget(budget: int) -> None:
+    """However small the token budget, decoding ends with a complete, valid orchestration."""
+    constraint = OrchestrationConstraint(dom="high", registry=REGISTRY, limits=GrammarLimits(max_agents=6))
+    texts = decode_at_random(constraint, rows=12, max_new=budget, seed=budget)
+    for text in texts:
+        parse_orchestration(text, registry=REGISTRY)
+
+
+def test_reply_constraint_closes_the_reasoning_when_the_budget_runs_out() -> None:
+    texts = decode_at_random(ReplyConstraint(), rows=16, max_new=60, seed=3, tag_bias=-4.0)  # tags discouraged
+    from agents.base import parse_reply
+
+    for text in texts:
+        parsed = parse_reply(text)
+        assert parsed is not None and parsed.answer, text
+        assert text.startswith("<thinking>") and text.endswith("</answer>")
+
+
+# -- registry-driven and bad input -------------------------------------------------------------------------
+
+
+def test_user_registered_kinds_and_their_parameters_are_in_the_grammar() -> None:
+    class PlanParams(Params):
+        depth: int = Field(2, ge=1, le=3)
+        style: str = Field("brief", max_length=10)
+
+    registry = AgentRegistry(default_registry.without_search().kinds())
+    register_agent("planner", lambda m, p, c: None, description="plans", params=PlanParams, registry=registry)
+    constraint = OrchestrationConstraint(dom="high", registry=registry, limits=SMALL)
+    texts = decode_at_random(constraint, rows=24, max_new=600, seed=11)
+    specs = [parse_orchestration(t, registry=registry) for t in texts]
+    planners = [n for s in specs for n in s.nodes if n.agent == "planner"]
+    assert planners, "the user kind should be reachable"
+    assert all(1 <= n.params.get("depth", 2) <= 3 for n in planners)
+
+
+def test_a_parameter_the_grammar_cannot_express_is_a_clear_error() -> None:
+    class Unbounded(Params):
+        budget: int = 10  # no bounds
+
+    registry = AgentRegistry(default_registry.without_search().kinds())
+    register_agent("spender", lambda m, p, c: None, description="spends", params=Unbounded, registry=registry)
+    with pytest.raises(GrammarError) as info:
+        orchestration_grammar("high", registry)
+    message = str(info.value)
+    assert "SpenderAgent" in message and "'budget'" in message and "constrained=False" in message
+    # Orchestra fails at construction, before any model call; turning the switch off works.
+    local = ScriptedChatModel(replies=["x"])
+    with pytest.raises(GrammarError):
+        Orchestra(local, local, registry=registry, constrained=True)
+
+
+def test_unsupported_backend_raises_or_falls_back_with_a_warning(caplog) -> None:
+    scripted = ScriptedChatModel(replies=["<thinking>t</thinking><answer>4</answer>"])
+    assert constraint_mode(None, scripted) == "off" and structured_output_backend(scripted) is None
+    with pytest.raises(ConstrainedDecodingError) as info:
+        Orchestra(scripted, scripted, constrained=True)
+    assert "ScriptedChatModel" in str(info.value) and "constrained=False" in str(info.value)
+    with caplog.at_level(logging.WARNING):
+        orchestra = Orchestra(scripted, scripted, constrained="auto")
+    assert "running unconstrained" in caplog.text
+    assert orchestra.constrained == {"orchestrator": "fallback", "subagent": "fallback"}
+
+
+def test_vllm_and_openai_backends_get_their_request_fields(monkeypatch) -> None:
+    pytest.importorskip("langchain_openai")
+    from mas_orchestra.models import resolve_model
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    constraint = OrchestrationConstraint(dom="high", registry=REGISTRY)
+    vllm = resolve_model("vllm:orch@http://127.0.0.1:9/v1")
+    assert structured_output_backend(vllm) == "vllm"
+    bound = bind_constraint(vllm, constraint)
+    grammar = bound.kwargs["extra_body"]["structured_outputs"]["grammar"]
+    assert grammar == orchestration_grammar("high", REGISTRY)
+    payload = vllm._get_request_payload([("user", "hi")], **bound.kwargs)
+    assert payload["extra_body"]["structured_outputs"]["grammar"] == grammar
+
+    openai = resolve_model("openai:gpt-4o-mini")
+    assert structured_output_backend(openai) == "openai"
+    fmt = bind_constraint(openai, constraint).kwargs["response_format"]
+    assert fmt["type"] == "json_schema" and fmt["json_schema"]["strict"] is True
+    assert fmt["json_schema"]["schema"] == orchestration_json_schema("high", REGISTRY)
+
+
+def test_json_form_written_under_the_schema_parses() -> None:
+    schema = orchestration_json_schema("high", REGISTRY, GrammarLimits(max_agents=3))
+    node_ids = schema["properties"]["nodes"]["items"]["anyOf"][0]["properties"]["id"]["enum"]
+    assert node_ids == ["A1", "A2", "A3"]
+    reply = json.dumps({
+        "thinking": "split", "edges": [{"source": "A1", "target": "A2"}],
+        "nodes": [{"id": "A1", "agent": "cot", "description": "", "input": "", "params": {"temperature": 0.5}},
+                  {"id": "A2", "agent": "sc", "description": "", "input": "check ${A1}",
+                   "params": {"samples": 3, "temperature": 0.5}}],
+    })
+    spec = parse_orchestration(reply, dom="high", registry=REGISTRY)
+    assert spec.sink == "A2" and spec.dom == "high"
+    with pytest.raises(SpecError):
+        parse_orchestration('{"nodes": [], "edges": [', registry=REGISTRY)
+
+
+async def test_format_retries_are_counted_in_the_outcome() -> None:
+    orchestrator = ScriptedChatModel(replies=[spec_from_data(
+        {"nodes": [{"id": "A1", "agent": "cot", "input": ""}]}).to_xml()])
+    # The first sub-agent reply has no answer: one format re-ask, then a good reply.
+    subagent = ScriptedChatModel(replies=["I am not sure.", "<thinking>6*7</thinking><answer>42</answer>"])
+    outcome = await Orchestra(orchestrator, subagent, max_retries=0).arun("What is 6*7?")
+    assert outcome.status is Status.OK and outcome.answer == "42"
+    assert outcome.usage.format_retries == 1 and outcome.usage.subagent_calls == 2
