@@ -17,14 +17,14 @@ How far the grammar goes into the validator's rules (DESIGN §3):
 * text fields exclude ``<`` (no format markup) and are bounded in length (see :class:`GrammarLimits`).
 
 One rule a context-free grammar cannot carry: "``${X}`` in Y's input needs an edge path X -> Y" (the edges
-come after the inputs, and which earlier ids an input used would have to be remembered). Two ways close it:
-
-* local decoding (``embedded`` / ``hf:`` models, training rollouts) runs **staged**: the agents are
-  generated under :func:`orchestration_grammar` with ``staged=True``, which stops at ``<edge>``; the
-  decoder then reads the references written so far and continues under :func:`edge_grammar`, which
-  requires an edge X -> Y for each of them. Every sentence of the two stages together is a valid spec.
-* single-request backends (a vLLM server, JSON schema APIs) get the one-piece grammar; the validator stays
-  the judge of that rule there (an ``invalid_spec`` outcome names the missing edge).
+come after the inputs, and which earlier ids an input used would have to be remembered). Local decoding
+(``embedded`` / ``hf:`` models, training rollouts with transformers) closes it by running in **stages**
+(:class:`~mas_orchestra.constraints.OrchestrationConstraint`): :func:`thinking_grammar`, then
+:func:`agent_stage_grammar` agent by agent, then :func:`edge_grammar`, built from what the agents wrote, which
+requires an edge X -> Y for every ``${X}`` in Y. Each stage is also fitted to the tokens left, so the whole
+orchestration is complete within the call's token budget. Single-request backends (a vLLM server, JSON
+schema APIs) get the one-piece :func:`orchestration_grammar`; there the validator stays the judge of that
+one rule (an ``invalid_spec`` outcome names the missing edge).
 
 Nothing here imports xgrammar or torch: grammars are plain strings.
 """
@@ -63,7 +63,7 @@ __all__ = [
     "thinking_grammar",
 ]
 
-#: Where a staged orchestration grammar stops and the edge grammar takes over.
+#: Where the agents end and the edge block begins (in staged decoding, where the edge grammar takes over).
 EDGE_MARKER = "\n<edge>"
 _MAX_ENUMERATED = 256  # values of one numeric parameter written out as alternatives
 
@@ -434,7 +434,7 @@ _BLOCK_RE = re.compile(r"<agent>\s*<agent_id>A(\d+)</agent_id>(.*?)</agent>", re
 
 
 def references_by_agent(agents_text: str) -> dict[int, set[int]]:
-    """For text written under a staged grammar: agent number -> numbers of the agents its input references."""
+    """For text written under the grammar: agent number -> numbers of the agents its input references."""
     out: dict[int, set[int]] = {}
     for match in _BLOCK_RE.finditer(agents_text):
         out[int(match.group(1))] = {int(r) for r in _REF_RE.findall(match.group(2))}
@@ -442,7 +442,7 @@ def references_by_agent(agents_text: str) -> dict[int, set[int]]:
 
 
 def edge_grammar(agents_text: str) -> str:
-    """EBNF of the edge block that completes a staged orchestration (the text up to :data:`EDGE_MARKER`).
+    """EBNF of the edge block that completes the agents written so far (text ending in :data:`EDGE_MARKER`).
 
     Requires the edge X -> Y for every ``${X}`` in Y's input, on top of the structural rules.
     """

@@ -42,3 +42,17 @@ def test_module_entry_point_runs_without_traceback():
     )
     assert proc.returncode == 1
     assert "cycle: A -> B -> A" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_run_constrained_flags(capsys):
+    # A scripted model cannot decode under a grammar: --constrained is a clear error, exit 2, no traceback.
+    assert main(["run", "What is 6*7?", "--orchestrator", "scripted:42", "--subagent", "scripted:42",
+                 "--constrained"]) == 2
+    err = capsys.readouterr().err
+    assert "ScriptedChatModel cannot decode under a grammar" in err and "--no-constrained" in err
+    assert "Traceback" not in err
+    # --constrained-auto falls back (with a warning) and runs: the scripted reply is a direct answer.
+    assert main(["run", "What is 6*7?", "--orchestrator", "scripted:42", "--subagent", "scripted:42",
+                 "--constrained-auto"]) == 0
+    out = capsys.readouterr().out
+    assert "== status == ok" in out and "answer: 42" in out
