@@ -28,6 +28,7 @@ __all__ = [
     "constrain_generate",
     "grammar_compiler",
     "require_xgrammar",
+    "stop_token_ids",
 ]
 
 log = logging.getLogger(__name__)
@@ -46,29 +47,30 @@ _COMPILERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _COMPILERS_LOCK = threading.Lock()
 
 
-def _stop_ids(tokenizer: Any, model_config: Any = None, generation_config: Any = None) -> list[int]:
-    ids: set[int] = set()
-    for source in (tokenizer, generation_config, model_config):
-        value = getattr(source, "eos_token_id", None)
-        if isinstance(value, int):
-            ids.add(value)
-        elif isinstance(value, (list, tuple)):
-            ids.update(int(v) for v in value)
-    return sorted(ids)
+def stop_token_ids(eos_token_id: int | list[int] | None, tokenizer: Any) -> list[int]:
+    """The end-of-text ids ``generate`` stops on (its ``eos_token_id``, else the tokenizer's): a completed
+    grammar may only be followed by one of them (any other "stop" token would be sampled without ending
+    the row, which would then run to the length limit)."""
+    value = eos_token_id
+    if value is None:
+        value = getattr(tokenizer, "eos_token_id", None)
+    ids = [value] if isinstance(value, int) else list(value or [])
+    if not ids:
+        raise GrammarError("constrained decoding needs an end-of-text token id (generation_config.eos_token_id)")
+    return sorted({int(i) for i in ids})
 
 
-def grammar_compiler(tokenizer: Any, vocab_size: int, stop_token_ids: list[int] | None = None) -> Any:
-    """An xgrammar ``GrammarCompiler`` for this tokenizer (one per tokenizer; it caches compiled grammars)."""
+def grammar_compiler(tokenizer: Any, vocab_size: int, stop_ids: list[int]) -> Any:
+    """An xgrammar ``GrammarCompiler`` for this tokenizer and stop ids (cached; it caches compiled grammars)."""
     xgr = require_xgrammar()
+    key = (vocab_size, tuple(stop_ids))
     with _COMPILERS_LOCK:
-        entry = _COMPILERS.get(tokenizer)
-        if entry is None or entry[0] != vocab_size:
-            info = xgr.TokenizerInfo.from_huggingface(
-                tokenizer, vocab_size=vocab_size, stop_token_ids=stop_token_ids or _stop_ids(tokenizer)
-            )
-            entry = (vocab_size, xgr.GrammarCompiler(info, cache_enabled=True))
-            _COMPILERS[tokenizer] = entry
-        return entry[1]
+        per_tokenizer = _COMPILERS.setdefault(tokenizer, {})
+        compiler = per_tokenizer.get(key)
+        if compiler is None:
+            info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=list(stop_ids))
+            compiler = per_tokenizer[key] = xgr.GrammarCompiler(info, cache_enabled=True)
+        return compiler
 
 
 def _compile(compiler: Any, grammar: str, what: str) -> Any:
@@ -187,15 +189,13 @@ def constrain_generate(model: Any, tokenizer: Any, constraint: OutputConstraint)
     # A PEFT model's generate delegates to the transformers model inside it: patch that one.
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     original = type(inner).generate
-    compiler = grammar_compiler(
-        tokenizer, int(inner.config.vocab_size),
-        _stop_ids(tokenizer, inner.config, getattr(inner, "generation_config", None)),
-    )
     totals = DecodingStats()
 
     def generate(*args: Any, **kwargs: Any) -> Any:
-        gen_config = kwargs.get("generation_config")
-        max_new = getattr(gen_config, "max_new_tokens", None) or kwargs.get("max_new_tokens")
+        gen_config = kwargs.get("generation_config") or inner.generation_config
+        max_new = kwargs.get("max_new_tokens") or getattr(gen_config, "max_new_tokens", None)
+        stops = stop_token_ids(kwargs.get("eos_token_id", getattr(gen_config, "eos_token_id", None)), tokenizer)
+        compiler = grammar_compiler(tokenizer, int(inner.config.vocab_size), stops)
         processor = ConstrainedLogitsProcessor(constraint, tokenizer, compiler, max_new_tokens=max_new)
         processors = LogitsProcessorList([*(kwargs.pop("logits_processor", None) or []), processor])
         try:

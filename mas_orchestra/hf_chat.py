@@ -497,9 +497,10 @@ class HFChatModel(BaseChatModel):
         bundle = self._load()
         processor = None
         if constraint is not None:
-            from mas_orchestra.decoding import ConstrainedLogitsProcessor, grammar_compiler
+            from mas_orchestra.decoding import ConstrainedLogitsProcessor, grammar_compiler, stop_token_ids
 
-            compiler = grammar_compiler(bundle.tokenizer, int(bundle.model.config.vocab_size))
+            stops = stop_token_ids(bundle.model.generation_config.eos_token_id, bundle.tokenizer)
+            compiler = grammar_compiler(bundle.tokenizer, int(bundle.model.config.vocab_size), stops)
             processor = ConstrainedLogitsProcessor(constraint, bundle.tokenizer, compiler, max_new_tokens=max_new)
             top_p = 1.0
         text, n_in, n_out, finish = self._run(

@@ -496,3 +496,25 @@ def test_grpo_main_embedded_model(tmp_path):
                     "--gradient-accumulation-steps", "1", "--max-completion-length", "16", "--subagent", "scripted:4",
                     "--dataset", "masbench:depth:2:n=2", "--output-dir", str(out)])
     _check_run(out, summary, 1)
+
+
+@needs_train
+def test_constrained_rollouts_are_all_valid_specs(tmp_path):
+    """A random 2-layer orchestrator writes only noise; under the grammar every rollout is a valid spec
+    (high DoM, staged decoding fitted to the 96-token completion budget), and the logs say so."""
+    model = _tiny_model(tmp_path / "tiny")
+    from training.grpo import main
+
+    common = ["--model", str(model), "--subagent", "scripted:4", "--dataset", "masbench:depth:2:n=2", "--dom", "high",
+              "--max-steps", "1", "--num-generations", "4", "--per-device-train-batch-size", "4",
+              "--gradient-accumulation-steps", "1", "--max-completion-length", "96"]
+    summary = main([*common, "--output-dir", str(tmp_path / "on")])
+    assert summary["steps"][0]["valid_spec_rate"] == 1.0
+    history = json.loads((tmp_path / "on" / "trainer_state.json").read_text())["log_history"]
+    entry = next(e for e in history if "valid_spec_rate" in e)
+    assert entry["constrained/rollouts"] == 4 and entry["constrained/stage_switches"] >= 4
+    assert entry["completions/clipped_ratio"] == 0.0  # each rollout ended with the end-of-text token in budget
+    config = (tmp_path / "on" / "orchestra_config.yaml").read_text()
+    assert "constrained: true" in config
+    summary = main([*common, "--no-constrained", "--output-dir", str(tmp_path / "off")])
+    assert summary["steps"][0]["valid_spec_rate"] == 0.0
