@@ -104,7 +104,8 @@ async def orchestrate_both(questions: list[tuple[str, str]], doms: list[str], th
                 except SpecError:
                     ok = False
                 results.setdefault((dom, mode, source), []).append(ok)
-        print(f"  question {index + 1}/{len(questions)} done", file=sys.stderr, flush=True)
+                print(json.dumps({"q": index, "data": source, "dom": dom, "mode": mode, "valid": ok,
+                                  "output_tokens": out_tokens, "seconds": round(elapsed, 2)}), file=sys.stderr, flush=True)
     valid = [
         {"dom": dom, "mode": mode, "data": source, "n": len(v), "valid": sum(v), "valid_rate": round(sum(v) / len(v), 3)}
         for (dom, mode, source), v in sorted(results.items())

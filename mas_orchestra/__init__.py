@@ -1,6 +1,12 @@
 """mas-orchestra: holistic multi-agent orchestration compiled to LangGraph."""
 
-from mas_orchestra.errors import CompileError, MissingExtraError, SpecError
+from mas_orchestra.errors import (
+    CompileError,
+    ConstrainedDecodingError,
+    GrammarError,
+    MissingExtraError,
+    SpecError,
+)
 from mas_orchestra.registry import AgentRegistry, default_registry, register_agent
 from mas_orchestra.spec import AgentNode, Edge, GraphSpec, parse_spec
 from mas_orchestra.xml_format import parse_orchestration
@@ -9,10 +15,15 @@ __all__ = [
     "AgentNode",
     "AgentRegistry",
     "CompileError",
+    "ConstrainedDecodingError",
     "Edge",
+    "GrammarError",
     "GraphSpec",
     "MissingExtraError",
+    "Orchestra",
+    "Outcome",
     "SpecError",
+    "Status",
     "compile_spec",
     "default_registry",
     "parse_orchestration",
@@ -21,9 +32,13 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):  # compile_spec imports LangGraph; load it on first use
-    if name == "compile_spec":
-        from mas_orchestra.compile import compile_spec
+_LAZY = {"compile_spec": "mas_orchestra.compile", "Orchestra": "mas_orchestra.runtime",
+         "Outcome": "mas_orchestra.runtime", "Status": "mas_orchestra.runtime"}
 
-        return compile_spec
+
+def __getattr__(name: str):  # these import LangGraph: load them on first use
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'mas_orchestra' has no attribute {name!r}")
