@@ -193,15 +193,14 @@ def _value_grammar(kind: AgentKind, name: str, info: FieldInfo, limits: GrammarL
     if base is str:
         sb = {**_string_bounds(annotation), **bounds}
         cap = min(int(sb.get("max_length", limits.string_param_chars)), limits.string_param_chars)
-        # Written raw; a text that is valid JSON would be read as JSON, so keep it out of the first char.
         # Written raw, read back as JSON when it parses as JSON: so no first character that starts a JSON
         # value (a digit, '-', a quote, a bracket, t/f/n of true/false/null).
         return _text(cap, exclude="<\n", first_nonspace=True, first_exclude='"[{0123456789-tfn')
     if base is Literal or (isinstance(base, type) and issubclass(base, enum.Enum)):
-        values = typing.get_args(annotation) if base is Literal else [m.value for m in base]
+        values = list(typing.get_args(annotation)) if base is Literal else [m.value for m in base]  # type: ignore[union-attr]
         written = [v if isinstance(v, str) else json.dumps(v) for v in values]
-        if any("<" in w for w in written) or not written:
-            raise fail("has a choice containing '<'")
+        if not written or any("<" in w for w in written):
+            raise fail("has no choices, or a choice containing '<'")
         return "(" + " | ".join(_lit(w) for w in written) + ")"
     if base is list:
         (item,) = typing.get_args(_unwrap_optional(info.annotation))[:1] or (None,)
