@@ -136,8 +136,11 @@ class OrchestrationConstraint(OutputConstraint):
             return None  # the orchestration is complete
         done = k - 1
         limits, fits = self._fitted(k, remaining)
-        agent = k <= self.limits.max_agents and (fits or done == 0)
-        return agent_stage_grammar(k, self.dom, self.registry, limits, agent=agent, stop=done == 1, edges=done >= 2)
+        agent = k <= self.limits.max_agents and fits
+        # Not even one agent fits the tokens left: answer directly (valid in both DoMs).
+        direct = done == 0 and not agent
+        return agent_stage_grammar(k, self.dom, self.registry, limits, agent=agent, stop=done == 1, edges=done >= 2,
+                                   direct_answer=direct and self.dom == "high")
 
     def _fitted(self, k: int, remaining: int | None) -> tuple[GrammarLimits, bool]:
         """Limits for agent k scaled to the budget, and whether agent k fits at all."""
@@ -145,8 +148,6 @@ class OrchestrationConstraint(OutputConstraint):
             return self.limits, True
         markup = agent_markup_chars(k, self.dom, self.registry) + edges_chars(k if self.dom == "high" else 0)
         available = remaining - _markup_tokens(markup) - 2  # 2: the end-of-text token and slack
-        if self.dom == "low":
-            available = min(available, remaining - self.limits.answer_chars)
         full = agent_text_chars(self.registry, self.limits)
         scale = min(1.0, max(0.0, available / full))
 

@@ -345,10 +345,15 @@ def orchestration_grammar(
     return "\n".join(rules) + "\n"
 
 
-def _low_choice(limits: GrammarLimits) -> str:
+def _direct_answer(limits: GrammarLimits) -> str:
+    return f'"\\n<answer>" {_text(limits.answer_chars, first_nonspace=True)} "</answer>"'
+
+
+def _low_choice(limits: GrammarLimits, *, delegate: bool = True) -> str:
     """Low DoM after the thinking: a direct answer, or one delegated agent and its output id."""
-    answer = f'"\\n<answer>" {_text(limits.answer_chars, first_nonspace=True)} "</answer>"'
-    return f'({answer} | agent_1 {_lit(chr(10) + "<answer>" + agent_id(1) + "</answer>")})'
+    if not delegate:
+        return _direct_answer(limits)
+    return f'({_direct_answer(limits)} | agent_1 {_lit(chr(10) + "<answer>" + agent_id(1) + "</answer>")})'
 
 
 # -- stages for local decoding ---------------------------------------------------------------------------
@@ -368,14 +373,20 @@ def agent_stage_grammar(
     agent: bool = True,
     stop: bool = False,
     edges: bool = False,
+    direct_answer: bool = False,
 ) -> str:
     """Stage after the thinking (k = 1) or after agent k - 1: write agent k, or (if allowed) stop / go to the
-    edges. Low DoM: the direct answer or the one delegated agent with its output id."""
+    edges / answer directly (no agents: what a budget too small for one agent leaves). Low DoM: the direct
+    answer, or (``agent``) the one delegated agent with its output id."""
     kinds = _kinds(registry)
     params = {kind.name: _params_grammar(kind, limits) for kind in kinds}
     if dom == "low":
-        return "\n".join([f"root ::= {_low_choice(limits)}", *_agent_rules(1, kinds, limits, params, dom="low")]) + "\n"
+        rules = [f"root ::= {_low_choice(limits, delegate=agent)}"]
+        if agent:
+            rules.extend(_agent_rules(1, kinds, limits, params, dom="low"))
+        return "\n".join(rules) + "\n"
     choices = (['""'] if stop else []) + ([_lit(EDGE_MARKER)] if edges else []) + ([f"agent_{k}"] if agent else [])
+    choices += [_direct_answer(limits)] if direct_answer else []
     if not choices:
         raise ValueError("a stage needs at least one choice")
     rules = [f"root ::= ({' | '.join(choices)})"]

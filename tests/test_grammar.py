@@ -327,3 +327,11 @@ def test_embedded_orchestrator_runs_a_valid_system_without_format_re_asks(dom: s
     if outcome.spec.nodes:
         assert outcome.status is Status.OK and outcome.answer
         assert outcome.usage.subagent_calls >= 1 and outcome.usage.format_retries == 0
+
+
+@pytest.mark.parametrize("dom", ["high", "low"])
+def test_a_budget_too_small_for_an_agent_answers_directly(dom: str) -> None:
+    constraint = OrchestrationConstraint(dom=dom, registry=REGISTRY)
+    for text in decode_at_random(constraint, rows=8, max_new=40, seed=5):
+        spec = parse_orchestration(text, dom=dom, registry=REGISTRY)
+        assert not spec.nodes and spec.direct_answer, text
