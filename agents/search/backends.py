@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 import unicodedata
 from collections.abc import Mapping, Sequence
@@ -92,13 +93,14 @@ def _import_analysis() -> tuple[Any, Any]:
 class _Analysis:
     """Text → stemmed terms, the same way for documents and queries.
 
-    bm25s's ``Tokenizer`` caches every word it sees and PyStemmer's ``Stemmer`` may be used by one thread
-    at a time, so a query gets its own pair (constructing both costs about a microsecond): concurrent
-    searches share nothing mutable and the caches do not grow with the stream of queries.
+    PyStemmer's ``Stemmer`` may be used by one thread at a time and bm25s's ``Tokenizer`` mutates its
+    vocabulary while tokenizing, so each thread tokenizes queries with its own pair; the tokenizer's word
+    caches are cleared before every query, so they do not grow with the stream of queries.
     """
 
     def __init__(self) -> None:
         self.bm25s, self._stemmer_module = _import_analysis()
+        self._local = threading.local()
         self.stopwords: tuple[str, ...] = (*self.bm25s.stopwords.STOPWORDS_EN_PLUS, *_EXTRA_STOPWORDS)
         stem_version = self._stemmer_module.version()
         self.stemmer_name = f"snowball-english (PyStemmer {stem_version})"
@@ -126,10 +128,14 @@ class _Analysis:
 
     def terms(self, text: str) -> list[str]:
         """The stemmed terms of ``text``, stop words removed, in order (duplicates kept)."""
-        tokens: list[list[str]] = self._tokenizer().tokenize(
-            [text], update_vocab=True, return_as="string", show_progress=False, allow_empty=False
-        )
-        return tokens[0]
+        tokenizer = getattr(self._local, "tokenizer", None)
+        if tokenizer is None:
+            tokenizer = self._local.tokenizer = self._tokenizer()
+        tokenizer.reset_vocab()
+        # streaming_tokenize skips tokenize()'s progress-bar wrapper, which costs more than the analysis.
+        ids = next(tokenizer.streaming_tokenize([text], update_vocab=True, allow_empty=False))
+        terms: list[str] = tokenizer.decode([ids])[0]
+        return terms
 
 
 # --------------------------------------------------------------------------------------------------
