@@ -37,7 +37,7 @@ from agents.search import (
     make_backend,
 )
 from agents.search.agent import parse_search_request
-from agents.search.backends import PIP_HINT, light_stem
+from agents.search.backends import PIP_HINT, MissingSearchExtraError
 from agents.search.web import PageFetcher, RateLimiter, SearchCache, html_to_text
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -204,13 +204,41 @@ def test_corpus_changed_after_loading_is_a_search_error(tmp_path: Path) -> None:
         backend.search(docs[0]["title"])
 
 
-def test_light_stemmer() -> None:
-    pairs = {
-        "caresses": "caress", "ponies": "poni", "cities": "citi", "city": "citi", "running": "run",
-        "hopping": "hop", "relational": "relat", "connection": "connect", "connected": "connect",
-        "generalization": "gener", "happiness": "happi", "1990s": "1990s", "the": "the",
-    }
-    assert {w: light_stem(w) for w in pairs} == pairs
+# Each group: the first form is in a document, every other form must find that document (stemming).
+_INFLECTIONS = [
+    ("caresses", "caress"), ("ponies", "pony"), ("cities", "city"), ("running", "runs", "run"),
+    ("hopping", "hopped", "hop"), ("relational", "relate", "relations"),
+    ("connection", "connected", "connecting", "connects"), ("generalization", "generalize"),
+    ("happiness", "happy"),
+]
+
+
+def test_stemming_makes_inflections_meet() -> None:
+    docs = [{"id": f"g{i}", "title": f"Entry {i}", "text": f"About {forms[0]} and nothing else."}
+            for i, forms in enumerate(_INFLECTIONS)]
+    docs.append({"id": "years", "title": "Decades", "text": "Music of the 1990s."})
+    backend = BM25Backend.from_documents(docs)
+    for i, forms in enumerate(_INFLECTIONS):
+        for form in forms:
+            hits = backend.search(form, k=3)
+            assert [h.id for h in hits] == [f"g{i}"], (form, hits)
+    assert backend.search("1990s")[0].id == "years"  # tokens with digits are searchable as written
+
+
+def test_stop_words_are_ignored() -> None:
+    docs = [
+        {"id": "q", "title": "Quokka", "text": "The quokka is a small marsupial of Western Australia."},
+        {"id": "w", "title": "Words", "text": "Which of them would it be, and whose was it?"},
+        {"id": "o", "title": "Other", "text": "A wombat is a marsupial too."},
+    ]
+    backend = BM25Backend.from_documents(docs)
+    # Only stop words (bm25s's English list plus the question words added to it): no match at all,
+    # even though document "w" consists of exactly these words.
+    assert backend.search("the of and which what is it would whose them be") == []
+    # Stop words in a query change nothing: same documents, same scores.
+    assert backend.search("what is the quokka") == backend.search("quokka")
+    # Document "w" shares every word of this query except "marsupial", and is still not a hit.
+    assert {h.id for h in backend.search("which marsupial would it be")} == {"q", "o"}
 
 
 def test_hotpotqa_recall_at_5(tmp_path: Path) -> None:
@@ -311,11 +339,13 @@ def test_missing_packages_name_the_pip_command(monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(ImportError) as err:
         DuckDuckGoBackend(cache=False)
     assert PIP_HINT in str(err.value)
+    assert isinstance(err.value, MissingSearchExtraError) and err.value.package == "ddgs"
     monkeypatch.setenv("TAVILY_API_KEY", "tvly-test")
     monkeypatch.setitem(sys.modules, "tavily", None)
     with pytest.raises(ImportError) as err:
         TavilyBackend(cache=False)
     assert PIP_HINT in str(err.value)
+    assert isinstance(err.value, MissingSearchExtraError) and err.value.package == "tavily-python"
 
 
 def test_real_ddgs_client_is_built_lazily_without_network() -> None:

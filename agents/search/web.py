@@ -1,6 +1,7 @@
 """Plumbing of the web backends: a SQLite cache, a polite rate limiter and page fetching.
 
-Nothing here knows about a particular search engine; :mod:`agents.search.backends` combines these parts.
+Nothing here knows about a particular search engine; the engines in :mod:`agents.search.web_backends`
+combine these parts.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agents.search.contract import MissingSearchExtraError
+
 __all__ = [
     "DEFAULT_CACHE_PATH",
     "PageFetcher",
@@ -24,8 +27,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-_PIP_HINT = "pip install 'mas-orchestra[search]'"
 
 
 def default_cache_path() -> Path:
@@ -148,7 +149,7 @@ def html_to_text(html: str, max_chars: int | None = None) -> str:
     try:
         from bs4 import BeautifulSoup
     except ImportError as exc:
-        raise ImportError(f"page fetching needs 'beautifulsoup4': {_PIP_HINT}") from exc
+        raise MissingSearchExtraError("page fetching", "beautifulsoup4") from exc
     soup = BeautifulSoup(html, "html.parser")
     for tag in soup(list(_DROP_TAGS)):
         tag.decompose()
@@ -192,7 +193,7 @@ class PageFetcher:
                 try:
                     import httpx
                 except ImportError as exc:
-                    raise ImportError(f"page fetching needs 'httpx': {_PIP_HINT}") from exc
+                    raise MissingSearchExtraError("page fetching", "httpx") from exc
                 self._client = httpx.Client(
                     timeout=self.timeout, follow_redirects=True, headers={"User-Agent": self.user_agent}
                 )

@@ -1,0 +1,85 @@
+"""The contract every search backend shares: :class:`Hit`, :class:`SearchBackend`, the errors and :func:`asearch`.
+
+Kept apart from the backends so that the offline index (:mod:`agents.search.backends`) and the web
+backends (:mod:`agents.search.web_backends`) can both build on it without importing each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+__all__ = [
+    "PIP_HINT",
+    "Hit",
+    "MissingSearchExtraError",
+    "SearchBackend",
+    "SearchConfigError",
+    "SearchError",
+    "asearch",
+]
+
+SEARCH_EXTRA = "search"
+PIP_HINT = f"pip install 'mas-orchestra[{SEARCH_EXTRA}]'"
+"""The install command named in every missing-package error."""
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One search result: a passage with its title, where it came from and how well it matched."""
+
+    id: str
+    title: str
+    text: str
+    url: str = ""
+    score: float = 0.0
+
+    def source(self) -> dict[str, str]:
+        """The citation of this hit: ``{id, title, url}``."""
+        return {"id": self.id, "title": self.title, "url": self.url}
+
+
+@runtime_checkable
+class SearchBackend(Protocol):
+    """Anything with ``search(query, k) -> list[Hit]``; an ``async asearch(query, k)`` twin is optional."""
+
+    def search(self, query: str, k: int = 5) -> list[Hit]: ...
+
+
+class SearchError(RuntimeError):
+    """A search could not be carried out (network failure, bad reply); the message names the query."""
+
+
+class SearchConfigError(ValueError):
+    """A backend is misconfigured (e.g. a missing API key); raised when it is constructed."""
+
+
+class MissingSearchExtraError(ImportError):
+    """A package of the ``search`` extra is not installed; the message carries the exact ``pip install``.
+
+    The search layer's counterpart of ``mas_orchestra.errors.MissingExtraError`` (same attributes:
+    ``extra``, ``command``, ``package``); ``agents`` may not import ``mas_orchestra``, so it cannot reuse
+    that class. Being an ``ImportError``, it is caught wherever a missing optional package is expected.
+    """
+
+    def __init__(self, what: str, package: str) -> None:
+        super().__init__(
+            f"{what} needs the '{package}' package of the optional extra '{SEARCH_EXTRA}': {PIP_HINT}"
+        )
+        self.extra = SEARCH_EXTRA
+        self.command = PIP_HINT
+        self.package = package
+
+
+async def asearch(backend: SearchBackend, query: str, k: int = 5) -> list[Hit]:
+    """Search without blocking the event loop.
+
+    Uses the backend's own coroutine ``asearch`` when it has one, otherwise runs the blocking ``search``
+    in a worker thread.
+    """
+    native = getattr(backend, "asearch", None)
+    if native is not None and inspect.iscoroutinefunction(native):
+        return list(await native(query, k))
+    return list(await asyncio.to_thread(backend.search, query, k))
