@@ -162,26 +162,32 @@ class GraphSpec(BaseModel):
         return "\n".join(lines)
 
     @classmethod
-    def from_text(cls, text: str, *, dom: Literal["high", "low"] | None = None) -> GraphSpec:
+    def from_text(
+        cls, text: str, *, dom: Literal["high", "low"] | None = None, registry: AgentRegistry | None = None
+    ) -> GraphSpec:
         """Parse JSON (our schema) or the orchestration text format, whichever ``text`` is.
 
         Without ``dom``, text with an ``<agent_output_id>`` and no ``<agent_id>`` is read as low DoM.
+        ``registry`` (default: the default registry) says which agent kinds and parameter tags exist, so a
+        spec naming a user-registered kind loads with the registry that kind was registered in.
         """
         if text.lstrip().startswith("{"):
-            return parse_spec(text)
+            return parse_spec(text, registry=registry)
         from mas_orchestra.xml_format import detect_dom, parse_orchestration
 
-        return parse_orchestration(text, dom=dom or detect_dom(text))
+        return parse_orchestration(text, dom=dom or detect_dom(text), registry=registry)
 
     @classmethod
-    def from_file(cls, path: str | Path, *, dom: Literal["high", "low"] | None = None) -> GraphSpec:
-        """Read a spec from a ``.json`` or orchestration-text (``.xml``/``.txt``) file."""
-        return cls.from_text(Path(path).read_text(encoding="utf-8"), dom=dom)
+    def from_file(
+        cls, path: str | Path, *, dom: Literal["high", "low"] | None = None, registry: AgentRegistry | None = None
+    ) -> GraphSpec:
+        """Read a spec from a ``.json`` or orchestration-text (``.xml``/``.txt``) file (see :meth:`from_text`)."""
+        return cls.from_text(Path(path).read_text(encoding="utf-8"), dom=dom, registry=registry)
 
-    def to_file(self, path: str | Path) -> Path:
-        """Write JSON for ``.json`` paths, the orchestration text otherwise."""
+    def to_file(self, path: str | Path, *, registry: AgentRegistry | None = None) -> Path:
+        """Write JSON for ``.json`` paths, the orchestration text otherwise (rendered with ``registry``)."""
         path = Path(path)
-        text = self.model_dump_json(indent=2) if path.suffix == ".json" else self.to_xml()
+        text = self.model_dump_json(indent=2) if path.suffix == ".json" else self.to_xml(registry=registry)
         path.write_text(text + "\n", encoding="utf-8")
         return path
 

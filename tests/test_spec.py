@@ -156,3 +156,37 @@ def test_spec_hash_ignores_thinking_but_not_structure():
     b = spec_from_data({"nodes": [node("A")], "thinking": "y"})
     c = spec_from_data({"nodes": [node("A", "sc")]})
     assert a.spec_hash() == b.spec_hash() != c.spec_hash()
+
+
+def test_from_text_and_from_file_take_the_registry_of_a_user_kind(tmp_path):
+    """A spec naming a user-registered kind (with a renamed parameter tag) loads through from_text/from_file."""
+    from pydantic import Field
+
+    from mas_orchestra.registry import AgentRegistry, Params, default_registry, register_agent
+
+    class PlanParams(Params):
+        depth: int = Field(2, ge=1, le=3)
+
+    registry = AgentRegistry(default_registry.kinds())
+    register_agent("planner", lambda m, p, c: None, description="plans", params=PlanParams,
+                   xml_tags={"depth": "plan_depth"}, registry=registry)
+    data = {"nodes": [node("P", "planner", depth=3), node("F", "cot", "use ${P}")], "edges": edges("P>F")}
+    spec = spec_from_data(data, registry=registry)
+    xml = spec.to_xml(registry=registry)
+    assert "<plan_depth>3</plan_depth>" in xml
+
+    for text in (xml, spec.model_dump_json()):
+        with pytest.raises(SpecError, match=r"unknown agent '(planner|PlannerAgent)'"):
+            GraphSpec.from_text(text)  # the default registry does not know the kind
+        loaded = GraphSpec.from_text(text, registry=registry)
+        assert loaded.model_dump() == spec.model_dump()
+        assert loaded.nodes[0].agent == "planner" and loaded.nodes[0].params == {"depth": 3}
+
+    for name in ("s.xml", "s.json"):
+        path = spec.to_file(tmp_path / name, registry=registry)
+        assert GraphSpec.from_file(path, registry=registry).model_dump() == spec.model_dump()
+        with pytest.raises(SpecError):
+            GraphSpec.from_file(path)
+    with pytest.raises(SpecError, match=r"depth"):  # out of the kind's bounds: still validated
+        GraphSpec.from_text(xml.replace("<plan_depth>3<", "<plan_depth>9<"), registry=registry)
+    assert "planner" not in default_registry
