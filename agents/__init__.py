@@ -17,6 +17,7 @@ from agents.base import (
 )
 from agents.cot import CoTAgent
 from agents.debate import DebateAgent
+from agents.errors import MasOrchestraError, MissingExtraError
 from agents.normalize import normalize_answer
 from agents.reflexion import ReflexionAgent
 from agents.self_consistency import SCAgent
@@ -28,6 +29,8 @@ __all__ = [
     "CallSettings",
     "CoTAgent",
     "DebateAgent",
+    "MasOrchestraError",
+    "MissingExtraError",
     "ModelUsage",
     "ReflexionAgent",
     "SCAgent",

@@ -22,6 +22,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.runnables.config import ensure_config
 from pydantic import BaseModel, Field
 
+from agents.errors import MasOrchestraError
 from agents.prompts import render
 
 __all__ = [
@@ -46,7 +47,7 @@ _ORIGINAL_FORMAT_RETRIES = 5
 FORMAT_RETRY_TAG = "mas:format_retry"
 
 
-class SubAgentError(RuntimeError):
+class SubAgentError(MasOrchestraError, RuntimeError):
     """A sub-agent could not produce an answer (after its retries)."""
 
 

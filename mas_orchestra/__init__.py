@@ -4,6 +4,7 @@ from mas_orchestra.errors import (
     CompileError,
     ConstrainedDecodingError,
     GrammarError,
+    MasOrchestraError,
     MissingExtraError,
     SpecError,
 )
@@ -19,6 +20,7 @@ __all__ = [
     "Edge",
     "GrammarError",
     "GraphSpec",
+    "MasOrchestraError",
     "MissingExtraError",
     "Orchestra",
     "Outcome",

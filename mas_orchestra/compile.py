@@ -21,7 +21,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from agents.base import AgentResult, CallLimiter, CallSettings
-from mas_orchestra.errors import CompileError
+from mas_orchestra.errors import CompileError, NodeExecutionError
 from mas_orchestra.registry import AgentKind, AgentRegistry, BuildContext, default_registry
 from mas_orchestra.spec import PLACEHOLDER_RE, AgentNode, GraphSpec
 
@@ -41,16 +41,6 @@ class MASState(TypedDict, total=False):
     results: Annotated[dict[str, AgentResult], _merge]
     final_answer: str
     trace: Annotated[list[str], operator.add]
-
-
-class NodeExecutionError(RuntimeError):
-    """An agent failed while the graph ran; names the node and its kind."""
-
-    def __init__(self, node_id: str, block: str, cause: BaseException) -> None:
-        super().__init__(f"agent {node_id!r} ({block}) failed: {type(cause).__name__}: {cause}")
-        self.node_id = node_id
-        self.block = block
-        self.cause = cause
 
 
 def render_task(node: AgentNode, question: str, results: Mapping[str, AgentResult]) -> str:

@@ -60,7 +60,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mas_orchestra.errors import MissingExtraError
+from mas_orchestra.errors import MasOrchestraError, MissingExtraError, install_command
 
 __all__ = [
     "BASELINE_KINDS",
@@ -103,7 +103,7 @@ _VALID_STATUSES = frozenset({"ok", "exec_error", "timeout"})
 _GRADE_SLACK_S = 150.0
 
 
-class EvalInputError(ValueError):
+class EvalInputError(MasOrchestraError, ValueError):
     """Bad input to an eval (data file, rows, arguments); the message says what and where."""
 
 
@@ -529,7 +529,7 @@ def _progress_bar(total: int, initial: int, enabled: bool) -> Any:
     try:
         from tqdm import tqdm
     except ImportError:
-        log.warning("tqdm is not installed (pip install 'mas-orchestra[eval]'); no progress bar")
+        log.warning("tqdm is not installed (%s); no progress bar", install_command("eval"))
         return None
     return tqdm(total=total, initial=initial, desc="eval", unit="run", file=sys.stderr, dynamic_ncols=True,
                 leave=True)

@@ -60,7 +60,6 @@ logger = logging.getLogger(__name__)
 
 VALID_KINDS: tuple[str, ...] = ("math", "exact", "f1", "mcq", "judge")
 F1_PASS = 0.8
-INSTALL_HINT = "math-verify is needed for kind='math': pip install 'mas-orchestra[grading]'"
 
 _JUDGE_PROMPT_PATH = Path(__file__).resolve().parent / "prompts" / "judge.txt"
 # How long a fresh worker may take to import sympy/math_verify; kept apart from the per-call timeout so a
@@ -408,16 +407,25 @@ def _verify_in_thread(pairs: list[list[str]], timeout: float) -> bool:
     return result.get("ok", False)
 
 
+def _missing_math_verify() -> ImportError:
+    """The typed missing-extra error (an ImportError) naming ``pip install 'mas-orchestra[grading]'``."""
+    # Imported here, not at the top: this file must stay standard-library only, because grading workers
+    # load it by path in a bare interpreter (see _Worker).
+    from agents.errors import MissingExtraError
+
+    return MissingExtraError("kind='math' grading (Math-Verify)", "grading", "math-verify")
+
+
 def _verify_bounded(pairs: list[list[str]], timeout: float) -> bool:
     """Math-Verify ``pairs`` within ``timeout`` seconds (after worker start-up); False on timeout."""
     global _USE_THREADS
     if importlib.util.find_spec("math_verify") is None:
-        raise ImportError(INSTALL_HINT)
+        raise _missing_math_verify()
     if _USE_THREADS:
         try:
             return _verify_in_thread(pairs, timeout)
         except ImportError as exc:
-            raise ImportError(INSTALL_HINT) from exc
+            raise _missing_math_verify() from exc
     pool = _pool()
     try:
         worker = pool.acquire()

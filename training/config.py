@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mas_orchestra.errors import install_command
+
 __all__ = ["OrchestraGRPOConfig", "build_parser", "load_yaml", "parse_config"]
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -123,7 +125,7 @@ class OrchestraGRPOConfig:
         "recompute activations to save memory: auto (on GPU only) | true | false"))
     # -- vLLM -----------------------------------------------------------------------------------------------
     use_vllm: bool = field(default=False, metadata=_help(
-        "generate rollouts with vLLM (needs a GPU and pip install 'mas-orchestra[vllm]')"))
+        f"generate rollouts with vLLM (needs a GPU and {install_command('vllm')})"))
     vllm_mode: str = field(default="colocate", metadata=_help(
         "colocate (vLLM shares the training GPU) | server (a separate `trl vllm-serve` process)"))
     vllm_server_url: str | None = field(default=None, metadata=_help(

@@ -24,13 +24,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mas_orchestra.errors import install_command
 from training.config import OrchestraGRPOConfig, parse_config
 
 __all__ = ["build_grpo_config", "main", "resolve_orchestrator", "run"]
 
 log = logging.getLogger("training.grpo")
 
-VLLM_INSTALL_HINT = "pip install 'mas-orchestra[vllm]'"
+VLLM_INSTALL_HINT = install_command("vllm")
 
 
 def resolve_orchestrator(model: str) -> str:

@@ -11,6 +11,8 @@ import inspect
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from agents.errors import MasOrchestraError, MissingExtraError, install_command
+
 __all__ = [
     "PIP_HINT",
     "Hit",
@@ -22,7 +24,7 @@ __all__ = [
 ]
 
 SEARCH_EXTRA = "search"
-PIP_HINT = f"pip install 'mas-orchestra[{SEARCH_EXTRA}]'"
+PIP_HINT = install_command(SEARCH_EXTRA)
 """The install command named in every missing-package error."""
 
 
@@ -48,29 +50,24 @@ class SearchBackend(Protocol):
     def search(self, query: str, k: int = 5) -> list[Hit]: ...
 
 
-class SearchError(RuntimeError):
+class SearchError(MasOrchestraError, RuntimeError):
     """A search could not be carried out (network failure, bad reply); the message names the query."""
 
 
-class SearchConfigError(ValueError):
+class SearchConfigError(MasOrchestraError, ValueError):
     """A backend is misconfigured (e.g. a missing API key); raised when it is constructed."""
 
 
-class MissingSearchExtraError(ImportError):
+class MissingSearchExtraError(MissingExtraError):
     """A package of the ``search`` extra is not installed; the message carries the exact ``pip install``.
 
-    The search layer's counterpart of ``mas_orchestra.errors.MissingExtraError`` (same attributes:
-    ``extra``, ``command``, ``package``); ``agents`` may not import ``mas_orchestra``, so it cannot reuse
-    that class. Being an ``ImportError``, it is caught wherever a missing optional package is expected.
+    The shared :class:`agents.errors.MissingExtraError` (same attributes: ``extra``, ``command``,
+    ``package``) with the extra fixed to ``search``: ``except MissingExtraError`` and ``except ImportError``
+    both catch it.
     """
 
     def __init__(self, what: str, package: str) -> None:
-        super().__init__(
-            f"{what} needs the '{package}' package of the optional extra '{SEARCH_EXTRA}': {PIP_HINT}"
-        )
-        self.extra = SEARCH_EXTRA
-        self.command = PIP_HINT
-        self.package = package
+        super().__init__(what, SEARCH_EXTRA, package)
 
 
 async def asearch(backend: SearchBackend, query: str, k: int = 5) -> list[Hit]:
