@@ -21,13 +21,13 @@ Dataset spec strings (several joined by ``+``)::
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from mas_orchestra.datasets import read_rows
 from mas_orchestra.masbench import generate
 from mas_orchestra.prompts import orchestrator_messages
 from mas_orchestra.registry import AgentRegistry, default_registry
@@ -79,27 +79,23 @@ def parse_values(text: str) -> list[int]:
 
 
 def load_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Rows ``{id, question, answer}`` of a JSONL file (blank lines skipped; ids default to ``<stem>-<n>``)."""
+    """Rows ``{id, question, answer: list[str], source}`` of a JSONL file (blank lines skipped; ids default to
+    ``<stem>-<n>``, ``source`` to the stem).
+
+    Read by the reader evaluations use (:func:`mas_orchestra.datasets.read_rows`), so a bad row raises
+    :class:`~mas_orchestra.errors.DataError` (a ``ValueError``) naming the file and line. Repeated ids are
+    allowed here (an eval refuses them: there they key the resume).
+    """
     path = Path(path).expanduser()
-    rows = []
-    with path.open(encoding="utf-8") as fh:
-        for number, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{where}: not JSON: {exc}") from None
-            if not isinstance(data, Mapping) or not isinstance(data.get("question"), str):
-                raise ValueError(f"{where}: each row needs a string 'question' and an 'answer'")
-            rows.append({
-                "id": str(data.get("id", f"{path.stem}-{len(rows)}")),
-                "question": data["question"],
-                "answer": _answers(data.get("answer"), where),
-                "source": str(data.get("source", path.stem)),
-            })
-    return rows
+    return [
+        {
+            "id": row["id"],
+            "question": row["question"],
+            "answer": [row["answer"]] if isinstance(row["answer"], str) else list(row["answer"]),
+            "source": str(row.get("source", path.stem)),
+        }
+        for row in read_rows(path, ids="default", unique_ids=False)
+    ]
 
 
 def load_masbench(axis: str, values: Sequence[int], n: int = 8, seed: int = 0, split: str = "train") -> list[dict]:
