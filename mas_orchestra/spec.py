@@ -150,7 +150,7 @@ class GraphSpec(BaseModel):
         registry = registry or default_registry
         lines = ["flowchart TD"]
         if not self.nodes:
-            text = (self.direct_answer or "").replace('"', "'")[:80]
+            text = " ".join((self.direct_answer or "").split()).replace('"', "'")[:80]  # one line, as Mermaid needs
             lines.append(f'    answer(["direct answer: {text}"])')
             return "\n".join(lines)
         for node in self.nodes:
