@@ -380,8 +380,11 @@ def spec_from_data(data: Any, *, registry: AgentRegistry | None = None) -> Graph
         raise SpecError("spec is nested too deeply") from None
 
 
-def parse_spec(text: str | bytes, *, registry: AgentRegistry | None = None) -> GraphSpec:
-    """Parse our JSON spec format; every failure is a :class:`SpecError`."""
+def parse_spec(
+    text: str | bytes, *, registry: AgentRegistry | None = None, dom: Literal["high", "low"] | None = None
+) -> GraphSpec:
+    """Parse our JSON spec format; every failure is a :class:`SpecError`. ``dom``: the DoM of a spec that
+    does not state one (default: the schema's, high)."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", errors="replace")
     if not isinstance(text, str):
@@ -396,4 +399,6 @@ def parse_spec(text: str | bytes, *, registry: AgentRegistry | None = None) -> G
         raise SpecError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except RecursionError:
         raise SpecError("JSON is nested too deeply") from None
+    if dom is not None and isinstance(data, dict):
+        data.setdefault("dom", dom)
     return spec_from_data(data, registry=registry)
