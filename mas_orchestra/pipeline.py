@@ -48,6 +48,7 @@ class PipelineState(TypedDict, total=False):
     orchestration: str
     spec: dict[str, Any] | None
     spec_hash: str | None
+    approval: bool  # decided when the thread is orchestrated, so a resume cannot skip (or add) it
     review: str  # approved | edited | rejected, when approval was asked
     status: str
     answer: str | None
@@ -134,7 +135,7 @@ def build_pipeline(
     async def orchestrate(state: PipelineState, config: RunnableConfig) -> dict[str, Any]:
         # An orchestrator failure raises: nothing is checkpointed for this step, so a resume retries it.
         text = await resolve(config).aorchestrate(state["question"], callbacks=config.get("callbacks"))
-        return {"orchestration": text}
+        return {"orchestration": text, "approval": wants_approval(config)}
 
     def validate(state: PipelineState, config: RunnableConfig) -> dict[str, Any]:
         try:
@@ -144,7 +145,7 @@ def build_pipeline(
         return {"spec": spec.model_dump(mode="json"), "spec_hash": spec.spec_hash()}
 
     def approve(state: PipelineState, config: RunnableConfig) -> dict[str, Any]:
-        if state.get("status") or not wants_approval(config):
+        if state.get("status") or not state.get("approval"):
             return {}
         orchestra = resolve(config)
         spec = spec_from_data(state["spec"], registry=orchestra.registry)

@@ -145,7 +145,10 @@ async def _start(
         # Orchestra's DoM and registry; every node runs again on this Orchestra's models.
         await graph.aupdate_state(
             config,
-            {"question": run.question, "setup": setup, "orchestration": source.values["orchestration"]},
+            {
+                "question": run.question, "setup": setup, "orchestration": source.values["orchestration"],
+                "approval": orchestra.interrupt_before_execute,
+            },
             as_node="orchestrate",
         )
         return None
