@@ -205,9 +205,8 @@ def test_corrupt_database_is_a_checkpoint_error_and_the_file_is_kept(tmp_path):
     bad = tmp_path / "runs.sqlite"
     content = b"this is not a database\n" * 200
     bad.write_bytes(content)
-    with pytest.raises(CheckpointError) as info:
-        with open_sqlite_checkpointer(bad):
-            pass
+    with pytest.raises(CheckpointError) as info, open_sqlite_checkpointer(bad):
+        pass
     assert info.value.path == str(bad) and str(bad) in str(info.value)
     assert "corrupt or not a SQLite database" in str(info.value) and "move it aside" in str(info.value)
     assert bad.read_bytes() == content
@@ -247,7 +246,6 @@ def test_directory_or_missing_folder_is_a_checkpoint_error(tmp_path):
 
 def test_missing_sqlite_extra_names_the_pip_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "langgraph.checkpoint.sqlite", None)
-    with pytest.raises(MissingExtraError) as info:
-        with open_sqlite_checkpointer("x.sqlite"):
-            pass
+    with pytest.raises(MissingExtraError) as info, open_sqlite_checkpointer("x.sqlite"):
+        pass
     assert info.value.command == "pip install 'mas-orchestra[checkpoint]'"
