@@ -179,7 +179,9 @@ async def _stream(
 ) -> AsyncIterator[dict[str, Any]]:
     try:
         async for namespace, mode, chunk in graph.astream(
-            command, config, stream_mode=["updates", "tasks"], subgraphs=True
+            # durability="sync": a superstep's checkpoint is on disk before the next starts, so a kill -9
+            # loses no finished node (the default "async" may lose the last superstep's checkpoint).
+            command, config, stream_mode=["updates", "tasks"], subgraphs=True, durability="sync"
         ):
             if namespace:  # the spec subgraph inside execute: node events
                 if mode == "tasks":
