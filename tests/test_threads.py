@@ -187,7 +187,7 @@ def test_sqlite_path_checkpointer_survives_a_new_orchestra(tmp_path):
 def test_corrupt_database_is_a_checkpoint_error_naming_the_file(tmp_path):
     db = tmp_path / "runs.sqlite"
     db.write_bytes(b"garbage" * 100)
-    with pytest.raises(CheckpointError, match="runs.sqlite"):
+    with pytest.raises(CheckpointError, match=r"runs\.sqlite"):
         Orchestra(orchestrator(), Steps(), checkpointer=db).run("q", thread_id="t")
     assert db.read_bytes() == b"garbage" * 100
 
