@@ -134,8 +134,12 @@ def build_pipeline(
 
     async def orchestrate(state: PipelineState, config: RunnableConfig) -> dict[str, Any]:
         # An orchestrator failure raises: nothing is checkpointed for this step, so a resume retries it.
-        text = await resolve(config).aorchestrate(state["question"], callbacks=config.get("callbacks"))
-        return {"orchestration": text, "approval": wants_approval(config)}
+        orchestra = resolve(config)
+        text = await orchestra.aorchestrate(state["question"], callbacks=config.get("callbacks"))
+        return {
+            "orchestration": text, "approval": wants_approval(config),
+            "setup": state.get("setup") or setup_of(orchestra),  # a served run records what it ran with
+        }
 
     def validate(state: PipelineState, config: RunnableConfig) -> dict[str, Any]:
         try:
