@@ -26,7 +26,7 @@ from mas_orchestra.spec import spec_from_data
 if TYPE_CHECKING:
     from mas_orchestra.runtime import Orchestra
 
-__all__ = ["thread_differences", "thread_events"]
+__all__ = ["finished_nodes", "thread_differences", "thread_events"]
 
 # Outer steps: orchestrate, validate, approve, execute, plus the resume/update steps; the spec's own
 # depth is bounded inside execute (its subgraph gets its own recursion_limit).
@@ -90,6 +90,37 @@ async def _inner_results(graph: Any, config: dict[str, Any]) -> dict[str, AgentR
         state = getattr(task, "state", None)
         values = getattr(state, "values", None) or {}
         for node_id, result in (values.get("results") or {}).items():
+            found[node_id] = result if isinstance(result, AgentResult) else AgentResult.model_validate(result)
+    return found
+
+
+def finished_nodes(checkpointer: Any, thread_id: str) -> dict[str, AgentResult]:
+    """The node results checkpointed on an Orchestra thread so far, also while it runs or after it died.
+
+    ``checkpointer``: a synchronous saver (``InMemorySaver``, ``SqliteSaver``; e.g. from
+    :func:`mas_orchestra.checkpoint.open_sqlite_checkpointer`). Reads only; safe next to a running writer.
+    """
+
+    def no_runs(_config: Any) -> Any:
+        raise RuntimeError("finished_nodes only reads a thread")
+
+    graph = build_pipeline(no_runs, checkpointer=checkpointer)
+    snapshot = graph.get_state({"configurable": {"thread_id": thread_id}})
+    found = {k: AgentResult.model_validate(v) for k, v in (snapshot.values.get("results") or {}).items()}
+    for task in snapshot.tasks:
+        if task.name != "execute":
+            continue
+        # The spec subgraph checkpoints under the namespace "execute:<task id>" of the same thread; its
+        # latest checkpoint holds the finished supersteps, its pending writes the nodes finished since.
+        inner = {"configurable": {"thread_id": thread_id, "checkpoint_ns": f"execute:{task.id}"}}
+        saved = checkpointer.get_tuple(inner)
+        if saved is None:
+            continue
+        results = dict(saved.checkpoint.get("channel_values", {}).get("results") or {})
+        for _task_id, channel, value in saved.pending_writes or ():
+            if channel == "results" and isinstance(value, Mapping):
+                results.update(value)
+        for node_id, result in results.items():
             found[node_id] = result if isinstance(result, AgentResult) else AgentResult.model_validate(result)
     return found
 
