@@ -80,12 +80,14 @@ def as_checkpoint_error(path: str | Path, exc: BaseException) -> CheckpointError
     return error
 
 
-def check_sqlite_file(path: str | Path, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT_S) -> Path:
+def check_sqlite_file(path: str | Path, *, lock_timeout: float | None = None) -> Path:
     """Check that ``path`` can hold checkpoints: raise :class:`CheckpointError` naming it if not.
 
     A missing file is fine (it will be created). An existing one must be a readable SQLite database that
-    no other process holds a write lock on for ``lock_timeout`` seconds. Nothing is written.
+    no other process holds a write lock on for ``lock_timeout`` seconds (default
+    :data:`DEFAULT_LOCK_TIMEOUT_S`). Nothing is written.
     """
+    lock_timeout = DEFAULT_LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
     target = Path(path)
     if target.is_dir():
         raise CheckpointError(str(target), "is a directory", "give a file path such as runs.sqlite")
@@ -118,8 +120,9 @@ def _sqlite_extra() -> None:
 
 
 @contextlib.contextmanager
-def open_sqlite_checkpointer(path: str | Path, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[Any]:
+def open_sqlite_checkpointer(path: str | Path, *, lock_timeout: float | None = None) -> Iterator[Any]:
     """A synchronous ``SqliteSaver`` on ``path`` (for ``graph.invoke`` / ``graph.get_state``), closed on exit."""
+    lock_timeout = DEFAULT_LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
     _sqlite_extra()
     from langgraph.checkpoint.sqlite import SqliteSaver
 
@@ -138,9 +141,10 @@ def open_sqlite_checkpointer(path: str | Path, *, lock_timeout: float = DEFAULT_
 
 @contextlib.asynccontextmanager
 async def open_async_sqlite_checkpointer(
-    path: str | Path, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT_S
+    path: str | Path, *, lock_timeout: float | None = None
 ) -> AsyncIterator[Any]:
     """An ``AsyncSqliteSaver`` on ``path`` bound to the running event loop, closed on exit."""
+    lock_timeout = DEFAULT_LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
     _sqlite_extra()
     import aiosqlite
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver

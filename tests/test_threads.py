@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 
 import pytest
 from langchain_core.messages import BaseMessage
@@ -221,3 +222,40 @@ def test_cli_thread_approve_resume_and_mismatch(tmp_path, capsys):
     assert main([*base[:1], "q", *base[2:-1], "c1", "--fork", "c1-b", "--json"]) == 0
     forked = json.loads(capsys.readouterr().out)
     assert forked["thread_id"] == "c1-b" and forked["usage"]["orchestrator_calls"] == 0
+
+
+class LocksTheDatabase(Steps):
+    """A sub-agent that, when asked step 2, lets another connection take the database's write lock."""
+
+    db: str = ""
+    _holder: object = PrivateAttr(default=None)
+
+    def _next_reply(self, messages: list[BaseMessage], index: int) -> object:
+        reply = super()._next_reply(messages, index)
+        if self.steps[-1] == 2 and self._holder is None:
+            holder = sqlite3.connect(self.db, timeout=0.1)
+            holder.execute("BEGIN EXCLUSIVE")  # another process writing, and not letting go
+            self._holder = holder
+        return reply
+
+    def release(self) -> None:
+        if self._holder is not None:
+            self._holder.rollback()  # type: ignore[attr-defined]
+            self._holder.close()  # type: ignore[attr-defined]
+
+
+def test_database_locked_mid_run_is_a_checkpoint_error_and_the_thread_resumes_after(tmp_path, monkeypatch):
+    monkeypatch.setattr("mas_orchestra.checkpoint.DEFAULT_LOCK_TIMEOUT_S", 0.3)
+    db = tmp_path / "runs.sqlite"
+    sub = LocksTheDatabase(model_name="sub", db=str(db))
+    orchestra = Orchestra(orchestrator(), sub, checkpointer=db, max_retries=0)
+    try:
+        with pytest.raises(CheckpointError, match="locked") as info:
+            orchestra.run("q", thread_id="t")
+        assert str(db) in str(info.value)
+    finally:
+        sub.release()
+    orch, again = orchestrator(), Steps(model_name="sub")
+    out = Orchestra(orch, again, checkpointer=db, max_retries=0).run("q", thread_id="t")
+    assert out.ok and out.answer == "answer-3" and orch.calls == 0
+    assert 0 not in again.steps and 1 not in again.steps  # S0 and S1 were kept in the checkpoint
