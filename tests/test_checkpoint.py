@@ -249,3 +249,38 @@ def test_missing_sqlite_extra_names_the_pip_command(monkeypatch):
     with pytest.raises(MissingExtraError) as info, open_sqlite_checkpointer("x.sqlite"):
         pass
     assert info.value.command == "pip install 'mas-orchestra[checkpoint]'"
+
+
+NO_EXTRAS_SCRIPT = textwrap.dedent("""
+    import importlib.abc, sys
+
+    class Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            # langgraph_sdk is not blocked: langgraph itself depends on it (langgraph.runtime imports it)
+            blocked = ("langgraph.checkpoint.sqlite", "aiosqlite", "langgraph_api", "langgraph_cli")
+            if any(name == b or name.startswith(b + ".") for b in blocked):
+                raise ImportError(f"blocked {name}")
+            return None
+
+    sys.meta_path.insert(0, Block())
+    import mas_orchestra, agents, graphs
+    import mas_orchestra.checkpoint, mas_orchestra.pipeline, mas_orchestra.threads
+    import graphs.end_to_end, graphs.served
+    from mas_orchestra.checkpoint import memory_checkpointer, open_sqlite_checkpointer
+    from mas_orchestra.errors import MissingExtraError
+    memory_checkpointer()
+    try:
+        with open_sqlite_checkpointer("x.sqlite"):
+            pass
+    except MissingExtraError as exc:
+        print("missing:", exc.command)
+""")
+
+
+def test_core_and_graphs_import_without_the_checkpoint_and_serve_extras(tmp_path):
+    script = tmp_path / "no_extras.py"
+    script.write_text(NO_EXTRAS_SCRIPT)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "missing: pip install 'mas-orchestra[checkpoint]'"
