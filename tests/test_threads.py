@@ -259,3 +259,19 @@ def test_database_locked_mid_run_is_a_checkpoint_error_and_the_thread_resumes_af
     out = Orchestra(orch, again, checkpointer=db, max_retries=0).run("q", thread_id="t")
     assert out.ok and out.answer == "answer-3" and orch.calls == 0
     assert 0 not in again.steps and 1 not in again.steps  # S0 and S1 were kept in the checkpoint
+
+
+async def test_orchestrator_failure_is_retried_on_resume_but_an_invalid_spec_is_final():
+    orch = ScriptedChatModel(replies=[RuntimeError("orchestrator down"), CHAIN], cycle=False, model_name="orch")
+    orchestra, _, sub = make(orch=orch)
+    failed = await orchestra.arun("q", thread_id="o")
+    assert failed.status is Status.EXEC_ERROR and failed.error.startswith("orchestrator failed") and sub.calls == 0
+    resumed = await orchestra.arun("q", thread_id="o")
+    assert resumed.ok and orch.calls == 2
+    bad = ScriptedChatModel(replies=["<agent><agent_id>A</agent_id><agent_name>Nope</agent_name></agent>"],
+                            model_name="orch")
+    orchestra, _, sub = make(orch=bad)
+    invalid = await orchestra.arun("q", thread_id="i")
+    assert invalid.status is Status.INVALID_SPEC and "Nope" in invalid.error
+    again = await orchestra.arun("q", thread_id="i")
+    assert again.status is Status.INVALID_SPEC and again.error == invalid.error and bad.calls == 1 and sub.calls == 0
