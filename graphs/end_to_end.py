@@ -4,15 +4,11 @@ It is :func:`mas_orchestra.pipeline.build_pipeline` (each step a checkpointed no
 checkpointed subgraph, so the server's thread state shows every node's result). Each run reads its
 setup from ``config["configurable"]``, falling back to environment variables:
 
-=========================== ======================= =========================================
-configurable key            environment variable    meaning
-=========================== ======================= =========================================
-``orchestrator``            ``MAS_ORCHESTRATOR``    orchestrator model string (``embedded``)
-``subagent``                ``MAS_SUBAGENT``        sub-agent model string (``embedded``)
-``dom``                     ``MAS_DOM``             ``high`` or ``low``
-``interrupt_before_execute`` ``MAS_APPROVAL``       ``true``: pause for approval of the spec
-``max_retries``, ``max_concurrency``, ``call_timeout``, ``retry_initial_delay``: as in ``Orchestra``
-=========================== ======================= =========================================
+- ``orchestrator`` (``MAS_ORCHESTRATOR``): orchestrator model string, default ``embedded``;
+- ``subagent`` (``MAS_SUBAGENT``): sub-agent model string, default ``embedded``;
+- ``dom`` (``MAS_DOM``): ``high`` or ``low``;
+- ``interrupt_before_execute`` (``MAS_APPROVAL``): ``true`` pauses for approval of the spec;
+- ``max_retries``, ``max_concurrency``, ``call_timeout``, ``retry_initial_delay``: as in ``Orchestra``.
 
 ``MAS_SEARCH`` (e.g. ``bm25:corpus.jsonl``) enables search nodes; it is read from the environment only,
 and so are ``python:`` model strings: a client of a served graph may pick models, not import code.

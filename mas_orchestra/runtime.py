@@ -341,21 +341,31 @@ class Orchestra:
     def plan(self, question: str) -> GraphSpec:
         return _run_sync(self.aplan(question))
 
-    async def arun(self, question: str, *, callbacks: list[Any] | None = None, **thread: Any) -> Outcome:
+    async def arun(
+        self, question: str, *, callbacks: list[Any] | None = None, thread_id: str | None = None,
+        resume: Any = _NO_RESUME, fork_from: str | None = None,
+    ) -> Outcome:
         """Orchestrate, compile and run; always returns an :class:`Outcome`.
 
-        With a checkpointer, ``thread_id=`` / ``resume=`` / ``fork_from=`` are those of :meth:`astream`.
+        With a checkpointer, ``thread_id`` / ``resume`` / ``fork_from`` are those of :meth:`astream`.
         """
         outcome: Outcome | None = None
-        async for event in self.astream(question, callbacks=callbacks, **thread):
+        async for event in self.astream(
+            question, callbacks=callbacks, thread_id=thread_id, resume=resume, fork_from=fork_from
+        ):
             if event["type"] == "outcome":
                 outcome = event["outcome"]
         assert outcome is not None
         return outcome
 
-    def run(self, question: str, *, callbacks: list[Any] | None = None, **thread: Any) -> Outcome:
+    def run(
+        self, question: str, *, callbacks: list[Any] | None = None, thread_id: str | None = None,
+        resume: Any = _NO_RESUME, fork_from: str | None = None,
+    ) -> Outcome:
         """Synchronous :meth:`arun` (not from inside a running event loop)."""
-        return _run_sync(self.arun(question, callbacks=callbacks, **thread))
+        return _run_sync(
+            self.arun(question, callbacks=callbacks, thread_id=thread_id, resume=resume, fork_from=fork_from)
+        )
 
     async def astream(
         self, question: str, *, callbacks: list[Any] | None = None, thread_id: str | None = None,

@@ -117,7 +117,9 @@ def client(served):
     return get_client(url=served.url, timeout=RUN_TIMEOUT_S)
 
 
-async def test_end_to_end_graph_served_streams_every_node_and_keeps_the_thread_state(served, client, katan, capsys):
+async def test_end_to_end_graph_served_streams_every_node_and_keeps_the_thread_state(katan, served, client, capsys):
+    # katan is requested first so that it is up before the server starts: "after the server start" below
+    # is then the server's start-up plus the first run, nothing else.
     thread = await client.threads.create()
     config = {"configurable": {"subagent": katan.model, "max_retries": 1}}
     events: list[tuple[str, str]] = []
