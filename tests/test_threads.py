@@ -275,3 +275,21 @@ async def test_orchestrator_failure_is_retried_on_resume_but_an_invalid_spec_is_
     assert invalid.status is Status.INVALID_SPEC and "Nope" in invalid.error
     again = await orchestra.arun("q", thread_id="i")
     assert again.status is Status.INVALID_SPEC and again.error == invalid.error and bad.calls == 1 and sub.calls == 0
+
+
+async def test_end_to_end_graph_state_and_history_show_orchestration_spec_and_each_node_result():
+    from graphs.end_to_end import build_graph
+
+    saver = memory_checkpointer()
+    orchestra, _, _ = make(checkpointer=saver)
+    graph = build_graph(orchestra, checkpointer=saver)
+    config = {"configurable": {"thread_id": "g"}}
+    out = await graph.ainvoke({"question": "q"}, config)
+    assert out["status"] == "ok" and out["answer"] == "answer-3"
+    state = await graph.aget_state(config)
+    assert {k: v["answer"] for k, v in state.values["results"].items()} == {f"S{i}": f"answer-{i}" for i in range(4)}
+    assert state.values["setup"] == {"orchestrator": "orch", "subagent": "sub", "dom": "high"}
+    steps = [h async for h in graph.aget_state_history(config)][::-1]  # oldest first
+    written = [sorted(k for k in h.values if k != "question") for h in steps]
+    assert written[2] == ["approval", "orchestration", "setup"]  # after orchestrate
+    assert "spec" in written[3] and "results" not in written[4] and "results" in written[-1]
