@@ -27,7 +27,7 @@ SCRIPTS = {
     "masbench": ("benchmarks/masbench_speed.py", [], []),
 }
 KEY_COLUMNS = ("wall_s", "critical_path_s", "sequential_s", "speedup_vs_sequential", "ours_us", "bare_langgraph_us",
-               "parse_xml_ms", "validate_ms", "compile_ms", "us_per_node", "added_us_per_node")
+               "parse_xml_ms", "validate_ms", "compile_ms", "us_per_node", "added_us_per_node", "added_ms_per_run")
 
 
 def _table(rows: list[dict[str, Any]]) -> str:

@@ -1,5 +1,8 @@
 """Checkpointing overhead per node: a compiled chain with no checkpointer vs InMemorySaver vs SQLite.
 
+Second part: whole ``Orchestra`` runs (orchestrator + six-node chain, 50 ms per model call) without a
+checkpointer vs on an in-memory thread vs on a SQLite thread, to put the per-node cost next to a model call.
+
 Zero-latency scripted model, so the numbers are the framework's own cost per node (a real model call is
 100-10,000x longer). Every configuration runs the same chain on fresh threads, in interleaved rounds in
 one process; ``ratio`` = per-node time with the checkpointer / without. SQLite is measured with
@@ -56,17 +59,54 @@ async def _measure(n: int, runs: int, rounds: int) -> dict[str, float]:
     return {name: total / (rounds * runs * n) * 1e6 for name, total in totals.items()}
 
 
+async def _measure_orchestra(n: int, delay: float, runs: int) -> dict[str, float]:
+    """Whole Orchestra runs (orchestrator + n-node chain, ``delay`` s per model call): plain vs on threads."""
+    from mas_orchestra.runtime import Orchestra
+    from mas_orchestra.testing import cot_reply
+
+    text = chain(n).to_xml()
+    with tempfile.TemporaryDirectory() as tmp:
+        setups = {
+            "none": None,
+            "memory thread": memory_checkpointer(),
+            "sqlite thread": str(Path(tmp) / "orchestra.sqlite"),
+        }
+        totals = dict.fromkeys(setups, 0.0)
+        for _ in range(runs):
+            for name, saver in setups.items():
+                orchestra = Orchestra(
+                    ScriptedChatModel(replies=[text], delay=delay, model_name="orch"),
+                    ScriptedChatModel(replies=[cot_reply("1")], delay=delay, model_name="sub"),
+                    checkpointer=saver,
+                )
+                start = time.perf_counter()
+                outcome = await orchestra.arun("q")
+                totals[name] += time.perf_counter() - start
+                assert outcome.ok, outcome.error
+    return {name: total / runs for name, total in totals.items()}
+
+
 def run(quick: bool = False) -> list[dict[str, Any]]:
     n, runs, rounds = 20, (3 if quick else 10), (2 if quick else 3)
     per_node = asyncio.run(_measure(n, runs, rounds))
     base = per_node["none"]
-    return [
+    rows = [
         {
             "benchmark": "checkpoint", "case": f"per node, chain-{n}, {name}", "us_per_node": round(us, 1),
             "added_us_per_node": round(us - base, 1), "ratio": round(us / base, 2), "runs": rounds * runs,
         }
         for name, us in per_node.items()
     ]
+    nodes, delay = 6, 0.05
+    whole = asyncio.run(_measure_orchestra(nodes, delay, 3 if quick else 8))
+    for name, seconds in whole.items():
+        rows.append({
+            "benchmark": "checkpoint", "case": f"Orchestra run, chain-{nodes}, {delay * 1e3:.0f} ms/call, {name}",
+            # the whole-run difference: per-run costs (opening the SQLite file, the four outer steps) included
+            "wall_s": round(seconds, 4), "added_ms_per_run": round((seconds - whole["none"]) * 1e3, 1),
+            "ratio": round(seconds / whole["none"], 3),
+        })
+    return rows
 
 
 def main() -> None:
@@ -75,8 +115,11 @@ def main() -> None:
     args = parser.parse_args()
     rows = run(quick=args.quick)
     for row in rows:
-        print(f"{row['case']:<45} {row['us_per_node']:>9.1f} us/node  (+{row['added_us_per_node']:.1f})  "
-              f"ratio {row['ratio']:.2f}")
+        if "us_per_node" in row:
+            size = f"{row['us_per_node']:>9.1f} us/node (+{row['added_us_per_node']:.1f} us/node)"
+        else:
+            size = f"{row['wall_s']:>9.4f} s/run (+{row['added_ms_per_run']:.1f} ms/run)"
+        print(f"{row['case']:<60} {size}  ratio {row['ratio']:.3f}")
     print(json.dumps(rows))
 
 
