@@ -8,7 +8,7 @@ Zero-latency scripted model, so the numbers are the framework's own cost per nod
 one process; ``ratio`` = per-node time with the checkpointer / without. SQLite is measured with
 LangGraph's default durability (``async``: a superstep's checkpoint is written while the next runs) and
 with ``sync`` (written before the next superstep starts; what ``Orchestra`` threads use, so a kill -9
-loses no finished node).
+loses no finished node), with SQLite's ``synchronous=NORMAL`` (our default) and ``FULL``.
 
     python benchmarks/checkpoint_overhead.py [--quick]
 """
@@ -34,12 +34,17 @@ async def _measure(n: int, runs: int, rounds: int) -> dict[str, float]:
     spec = chain(n)
     model = ScriptedChatModel()
     with tempfile.TemporaryDirectory() as tmp:
-        async with open_async_sqlite_checkpointer(Path(tmp) / "bench.sqlite") as sqlite_saver:
+        async with (
+            open_async_sqlite_checkpointer(Path(tmp) / "bench.sqlite") as sqlite_saver,
+            open_async_sqlite_checkpointer(Path(tmp) / "full.sqlite", synchronous="FULL") as full_saver,
+        ):
             graphs: dict[str, tuple[Any, str | None]] = {
                 "none": (compile_spec(spec, model), None),
                 "memory": (compile_spec(spec, model, checkpointer=memory_checkpointer()), None),
                 "sqlite (durability=async)": (compile_spec(spec, model, checkpointer=sqlite_saver), None),
                 "sqlite (durability=sync)": (compile_spec(spec, model, checkpointer=sqlite_saver), "sync"),
+                "sqlite synchronous=FULL (durability=sync)": (
+                    compile_spec(spec, model, checkpointer=full_saver), "sync"),
             }
             totals = dict.fromkeys(graphs, 0.0)
 

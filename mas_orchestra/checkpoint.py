@@ -46,6 +46,20 @@ CHECKPOINT_TYPES: tuple[tuple[str, str], ...] = (
 # How long a writer waits for another process's write lock before the run fails with CheckpointError.
 DEFAULT_LOCK_TIMEOUT_S = 5.0
 
+# SQLite's `synchronous` setting for checkpoint files (the savers use WAL journaling). NORMAL: a committed
+# checkpoint survives a crash or kill -9 of the process; an OS crash or power cut may lose the last few
+# (the file stays consistent). FULL also survives those, at about twice the per-node cost
+# (benchmarks/checkpoint_overhead.py).
+SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+DEFAULT_SYNCHRONOUS = "NORMAL"
+
+
+def _synchronous_pragma(synchronous: str) -> str:
+    mode = str(synchronous).upper()
+    if mode not in SYNCHRONOUS_MODES:
+        raise ValueError(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, got {synchronous!r}")
+    return f"PRAGMA synchronous={mode}"
+
 
 def checkpoint_serde() -> Any:
     """LangGraph's ``JsonPlusSerializer`` allowing exactly LangGraph's safe types plus :data:`CHECKPOINT_TYPES`."""
@@ -120,9 +134,15 @@ def _sqlite_extra() -> None:
 
 
 @contextlib.contextmanager
-def open_sqlite_checkpointer(path: str | Path, *, lock_timeout: float | None = None) -> Iterator[Any]:
-    """A synchronous ``SqliteSaver`` on ``path`` (for ``graph.invoke`` / ``graph.get_state``), closed on exit."""
+def open_sqlite_checkpointer(
+    path: str | Path, *, lock_timeout: float | None = None, synchronous: str = DEFAULT_SYNCHRONOUS
+) -> Iterator[Any]:
+    """A synchronous ``SqliteSaver`` on ``path`` (for ``graph.invoke`` / ``graph.get_state``), closed on exit.
+
+    ``synchronous``: SQLite's setting, see :data:`DEFAULT_SYNCHRONOUS`.
+    """
     lock_timeout = DEFAULT_LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
+    pragma = _synchronous_pragma(synchronous)
     _sqlite_extra()
     from langgraph.checkpoint.sqlite import SqliteSaver
 
@@ -131,6 +151,7 @@ def open_sqlite_checkpointer(path: str | Path, *, lock_timeout: float | None = N
     try:
         saver = SqliteSaver(conn, serde=checkpoint_serde())
         try:
+            conn.execute(pragma)
             saver.setup()
         except sqlite3.Error as exc:
             raise as_checkpoint_error(target, exc) from exc
@@ -141,10 +162,14 @@ def open_sqlite_checkpointer(path: str | Path, *, lock_timeout: float | None = N
 
 @contextlib.asynccontextmanager
 async def open_async_sqlite_checkpointer(
-    path: str | Path, *, lock_timeout: float | None = None
+    path: str | Path, *, lock_timeout: float | None = None, synchronous: str = DEFAULT_SYNCHRONOUS
 ) -> AsyncIterator[Any]:
-    """An ``AsyncSqliteSaver`` on ``path`` bound to the running event loop, closed on exit."""
+    """An ``AsyncSqliteSaver`` on ``path`` bound to the running event loop, closed on exit.
+
+    ``synchronous``: SQLite's setting, see :data:`DEFAULT_SYNCHRONOUS`.
+    """
     lock_timeout = DEFAULT_LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
+    pragma = _synchronous_pragma(synchronous)
     _sqlite_extra()
     import aiosqlite
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -157,6 +182,7 @@ async def open_async_sqlite_checkpointer(
     try:
         saver = AsyncSqliteSaver(conn, serde=checkpoint_serde())
         try:
+            await conn.execute(pragma)
             await saver.setup()
         except sqlite3.Error as exc:
             raise as_checkpoint_error(target, exc) from exc

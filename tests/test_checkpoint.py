@@ -284,3 +284,15 @@ def test_core_and_graphs_import_without_the_checkpoint_and_serve_extras(tmp_path
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "missing: pip install 'mas-orchestra[checkpoint]'"
+
+
+def test_sqlite_synchronous_setting_is_applied_and_checked(tmp_path):
+    with open_sqlite_checkpointer(tmp_path / "a.sqlite") as saver:
+        assert saver.conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL (default; WAL journal)
+        assert saver.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    with open_sqlite_checkpointer(tmp_path / "b.sqlite", synchronous="full") as saver:
+        assert saver.conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+    with pytest.raises(ValueError, match="synchronous must be one of"):
+        with open_sqlite_checkpointer(tmp_path / "c.sqlite", synchronous="sometimes"):
+            pass
+    assert not (tmp_path / "c.sqlite").exists()
