@@ -292,7 +292,9 @@ def test_sqlite_synchronous_setting_is_applied_and_checked(tmp_path):
         assert saver.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     with open_sqlite_checkpointer(tmp_path / "b.sqlite", synchronous="full") as saver:
         assert saver.conn.execute("PRAGMA synchronous").fetchone()[0] == 2
-    with pytest.raises(ValueError, match="synchronous must be one of"):
-        with open_sqlite_checkpointer(tmp_path / "c.sqlite", synchronous="sometimes"):
-            pass
+    with (
+        pytest.raises(ValueError, match="synchronous must be one of"),
+        open_sqlite_checkpointer(tmp_path / "c.sqlite", synchronous="sometimes"),
+    ):
+        pass
     assert not (tmp_path / "c.sqlite").exists()
