@@ -116,6 +116,13 @@ def _results_usage(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {**total.model_dump(), "total_tokens": total.total_tokens}
 
 
+# What a new orchestration clears from the previous run on the same thread.
+_CLEAN: dict[str, Any] = {
+    "spec": None, "spec_hash": None, "review": None, "status": None, "answer": None, "error": None,
+    "results": {}, "usage": {},
+}
+
+
 def build_pipeline(
     resolve: Callable[[RunnableConfig], Orchestra],
     *,
@@ -139,6 +146,8 @@ def build_pipeline(
         return {
             "orchestration": text, "approval": wants_approval(config),
             "setup": state.get("setup") or setup_of(orchestra),  # a served run records what it ran with
+            # A new question on a thread that already ran (a served thread takes several runs) starts clean.
+            **_CLEAN,
         }
 
     def validate(state: PipelineState, config: RunnableConfig) -> dict[str, Any]:

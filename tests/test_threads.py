@@ -290,6 +290,18 @@ async def test_end_to_end_graph_state_and_history_show_orchestration_spec_and_ea
     assert {k: v["answer"] for k, v in state.values["results"].items()} == {f"S{i}": f"answer-{i}" for i in range(4)}
     assert state.values["setup"] == {"orchestrator": "orch", "subagent": "sub", "dom": "high"}
     steps = [h async for h in graph.aget_state_history(config)][::-1]  # oldest first
-    written = [sorted(k for k in h.values if k != "question") for h in steps]
+    written = [sorted(k for k, v in h.values.items() if k != "question" and v not in (None, {}, "")) for h in steps]
     assert written[2] == ["approval", "orchestration", "setup"]  # after orchestrate
     assert "spec" in written[3] and "results" not in written[4] and "results" in written[-1]
+
+
+async def test_a_served_thread_takes_a_second_question_from_a_clean_state():
+    from graphs.end_to_end import build_graph
+
+    orchestra, orch, sub = make()
+    graph = build_graph(orchestra, checkpointer=memory_checkpointer())
+    config = {"configurable": {"thread_id": "two"}}
+    first = await graph.ainvoke({"question": "first"}, config)
+    second = await graph.ainvoke({"question": "second"}, config)
+    assert first["status"] == second["status"] == "ok" and orch.calls == 2 and sub.calls == 8
+    assert second["question"] == "second" and sorted(second["results"]) == ["S0", "S1", "S2", "S3"]
