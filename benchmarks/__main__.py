@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-IN_PROCESS = ("concurrency", "overhead")
+IN_PROCESS = ("concurrency", "overhead", "checkpoint_overhead")
 # name -> (script, arguments for --quick, arguments for a full run)
 SCRIPTS = {
     "search": ("benchmarks/search_bench.py", ["--quick"], []),
@@ -27,7 +27,7 @@ SCRIPTS = {
     "masbench": ("benchmarks/masbench_speed.py", [], []),
 }
 KEY_COLUMNS = ("wall_s", "critical_path_s", "sequential_s", "speedup_vs_sequential", "ours_us", "bare_langgraph_us",
-               "parse_xml_ms", "validate_ms", "compile_ms")
+               "parse_xml_ms", "validate_ms", "compile_ms", "us_per_node", "added_us_per_node", "added_ms_per_run")
 
 
 def _table(rows: list[dict[str, Any]]) -> str:

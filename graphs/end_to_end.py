@@ -1,98 +1,122 @@
-"""The end-to-end graph served by ``langgraph.json``: orchestrate → validate → execute.
+"""The end-to-end graph served by ``langgraph.json``: orchestrate → validate → approve → execute.
 
-Models come from ``MAS_ORCHESTRATOR`` / ``MAS_SUBAGENT`` (model strings, default ``embedded``) and
-the DoM from ``MAS_DOM``; ``MAS_SEARCH`` (e.g. ``bm25:corpus.jsonl``) enables search nodes.
+It is :func:`mas_orchestra.pipeline.build_pipeline` (each step a checkpointed node; the spec runs as a
+checkpointed subgraph, so the server's thread state shows every node's result). Each run reads its
+setup from ``config["configurable"]``, falling back to environment variables:
+
+- ``orchestrator`` (``MAS_ORCHESTRATOR``): orchestrator model string, default ``embedded``;
+- ``subagent`` (``MAS_SUBAGENT``): sub-agent model string, default ``embedded``;
+- ``dom`` (``MAS_DOM``): ``high`` or ``low``;
+- ``interrupt_before_execute`` (``MAS_APPROVAL``): ``true`` pauses for approval of the spec;
+- ``max_retries``, ``max_concurrency``, ``call_timeout``, ``retry_initial_delay``: as in ``Orchestra``.
+
+``MAS_SEARCH`` (e.g. ``bm25:corpus.jsonl``) enables search nodes; it is read from the environment only,
+and so are ``python:`` model strings: a client of a served graph may pick models, not import code.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, TypedDict
+import threading
+from collections.abc import Mapping
+from typing import Any
 
-from langgraph.graph import END, START, StateGraph
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
-from mas_orchestra.errors import SpecError
-from mas_orchestra.runtime import Orchestra, Status, execute_spec
-from mas_orchestra.xml_format import parse_orchestration
+from mas_orchestra.pipeline import PipelineState, build_pipeline
+from mas_orchestra.runtime import Orchestra
 
-__all__ = ["build_graph", "graph"]
+__all__ = ["EndToEndState", "build_graph", "graph", "model_from_config", "orchestra_from_config"]
 
+EndToEndState = PipelineState  # the state the served graph returns (kept under its former name)
 
-class EndToEndState(TypedDict, total=False):
-    question: str
-    orchestration: str
-    spec: dict[str, Any] | None
-    status: str
-    answer: str | None
-    error: str | None
-    usage: dict[str, Any]
+_NUMBERS = {"max_retries": int, "max_concurrency": int, "call_timeout": float, "retry_initial_delay": float}
+_TRUE = {"1", "true", "yes", "on"}
 
 
-def build_graph(orchestra: Orchestra | None = None) -> CompiledStateGraph:
-    """Build the orchestrate-and-run graph around an :class:`Orchestra` (default: from env vars)."""
-    holder: dict[str, Orchestra] = {}
+def _configurable(config: RunnableConfig | None) -> Mapping[str, Any]:
+    return (config or {}).get("configurable") or {}
 
-    def get() -> Orchestra:
-        if "o" not in holder:
-            if orchestra is not None:
-                holder["o"] = orchestra
-            else:
-                search = None
-                if os.environ.get("MAS_SEARCH"):
-                    from agents.search import make_backend
 
-                    search = make_backend(os.environ["MAS_SEARCH"])
-                holder["o"] = Orchestra(
-                    os.environ.get("MAS_ORCHESTRATOR", "embedded"),
-                    os.environ.get("MAS_SUBAGENT", "embedded"),
-                    dom=os.environ.get("MAS_DOM", "high"),  # type: ignore[arg-type]
-                    search=search,
-                )
-        return holder["o"]
-
-    async def orchestrate(state: EndToEndState) -> dict[str, Any]:
-        try:
-            text = await get().aorchestrate(state["question"])
-        except Exception as exc:
-            return {"status": Status.EXEC_ERROR.value, "error": f"orchestrator failed: {exc}", "orchestration": ""}
-        return {"orchestration": text}
-
-    def validate(state: EndToEndState) -> dict[str, Any]:
-        if state.get("status"):
-            return {}
-        try:
-            spec = parse_orchestration(state["orchestration"], dom=get().dom, registry=get().registry)
-        except SpecError as exc:
-            return {"status": Status.INVALID_SPEC.value, "error": str(exc), "spec": None}
-        return {"spec": spec.model_dump()}
-
-    async def execute(state: EndToEndState) -> dict[str, Any]:
-        from mas_orchestra.spec import GraphSpec
-
-        o = get()
-        spec = GraphSpec.model_validate(state["spec"], context={"registry": o.registry})
-        outcome = await execute_spec(
-            spec, state["question"], model=o.subagent, search=o.search, registry=o.registry, timeout=o.timeout,
-            max_retries=o.max_retries, max_concurrency=o.max_concurrency, orchestration=state["orchestration"],
+def model_from_config(config: RunnableConfig | None, key: str, env: str) -> str:
+    """The model string a run asked for under ``configurable[key]``, else ``$env``, else ``embedded``."""
+    value = _configurable(config).get(key)
+    if value is None:
+        return os.environ.get(env, "embedded")
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"configurable {key!r} must be a model string such as 'openai:gpt-4o-mini', got {value!r}")
+    if value.strip().startswith("python:"):
+        raise ValueError(
+            f"configurable {key!r}: 'python:' model strings are not accepted from a run's config (they import "
+            f"code); set {env} in the server's environment instead"
         )
-        return {
-            "status": outcome.status.value, "answer": outcome.answer, "error": outcome.error,
-            "usage": outcome.usage.model_dump(),
-        }
+    return value.strip()
 
-    def route(state: EndToEndState) -> str:
-        return END if state.get("status") else "execute"
 
-    builder = StateGraph(EndToEndState)
-    builder.add_node("orchestrate", orchestrate)
-    builder.add_node("validate", validate)
-    builder.add_node("execute", execute)
-    builder.add_edge(START, "orchestrate")
-    builder.add_edge("orchestrate", "validate")
-    builder.add_conditional_edges("validate", route, ["execute", END])
-    builder.add_edge("execute", END)
-    return builder.compile(name="mas-orchestra")
+def _setup_key(config: RunnableConfig | None) -> tuple[Any, ...]:
+    conf = _configurable(config)
+    dom = conf.get("dom") or os.environ.get("MAS_DOM", "high")
+    numbers = tuple((name, conf.get(name)) for name in sorted(_NUMBERS))
+    return (
+        model_from_config(config, "orchestrator", "MAS_ORCHESTRATOR"),
+        model_from_config(config, "subagent", "MAS_SUBAGENT"),
+        dom,
+        numbers,
+    )
+
+
+_cache: dict[tuple[Any, ...], Orchestra] = {}
+_lock = threading.Lock()
+
+
+def orchestra_from_config(config: RunnableConfig | None) -> Orchestra:
+    """The :class:`Orchestra` of a run's setup (built once per distinct setup, then reused)."""
+    key = _setup_key(config)
+    with _lock:
+        if key not in _cache:
+            orchestrator, subagent, dom, numbers = key
+            options: dict[str, Any] = {}
+            for name, value in numbers:
+                if value is not None:
+                    try:
+                        options[name] = _NUMBERS[name](value)
+                    except (TypeError, ValueError):
+                        raise ValueError(f"configurable {name!r} must be a number, got {value!r}") from None
+            search = None
+            if os.environ.get("MAS_SEARCH"):
+                from agents.search import make_backend
+
+                search = make_backend(os.environ["MAS_SEARCH"])
+            _cache[key] = Orchestra(orchestrator, subagent, dom=dom, search=search, **options)
+        return _cache[key]
+
+
+def approval_from_config(config: RunnableConfig | None) -> bool:
+    """Whether a run pauses for approval: ``configurable["interrupt_before_execute"]`` or ``$MAS_APPROVAL``."""
+    value = _configurable(config).get("interrupt_before_execute")
+    if value is None:
+        value = os.environ.get("MAS_APPROVAL", "")
+    return value is True or str(value).strip().lower() in _TRUE
+
+
+def build_graph(orchestra: Orchestra | None = None, *, checkpointer: Any = None) -> CompiledStateGraph:
+    """The end-to-end graph around ``orchestra``, or around each run's configured setup when None.
+
+    A LangGraph server attaches its own checkpointer; pass ``checkpointer`` to run it yourself with
+    threads (``graph.invoke({"question": …}, {"configurable": {"thread_id": …}})``).
+    """
+    if orchestra is not None:
+        fixed = orchestra
+
+        def resolve(config: RunnableConfig) -> Orchestra:
+            return fixed
+
+        def approval(config: RunnableConfig) -> bool:
+            return fixed.interrupt_before_execute or approval_from_config(config)
+    else:
+        resolve, approval = orchestra_from_config, approval_from_config
+    return build_pipeline(resolve, checkpointer=checkpointer, approval=approval)
 
 
 graph = build_graph()

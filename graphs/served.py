@@ -1,17 +1,59 @@
-"""Compiled graphs exposed by ``langgraph.json`` (baselines on the configured sub-agent model)."""
+"""Graph factories exposed by ``langgraph.json``: baselines and the diamond example.
+
+Each is a factory of the run's config (the LangGraph server calls it per run): the sub-agent model is
+``configurable["subagent"]``, else ``$MAS_SUBAGENT``, else ``embedded``. Compiled graphs are cached per
+model string, so a server does not rebuild (or reload a local model) for every request.
+"""
 
 from __future__ import annotations
 
-import os
+import functools
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph.state import CompiledStateGraph
 
 from graphs.baselines import baseline_graph
+from graphs.end_to_end import model_from_config
 from graphs.examples import example_spec
 from mas_orchestra.compile import compile_spec
 
-_MODEL = os.environ.get("MAS_SUBAGENT", "embedded")
+__all__ = ["cot", "debate", "diamond", "reflexion", "sc"]
 
-cot = baseline_graph("cot", _MODEL)
-sc = baseline_graph("sc", _MODEL)
-reflexion = baseline_graph("reflexion", _MODEL)
-debate = baseline_graph("debate", _MODEL)
-diamond = compile_spec(example_spec("diamond"), _MODEL)
+
+@functools.lru_cache(maxsize=32)
+def _baseline(kind: str, model: str) -> CompiledStateGraph:
+    return baseline_graph(kind, model)
+
+
+@functools.lru_cache(maxsize=8)
+def _diamond(model: str) -> CompiledStateGraph:
+    return compile_spec(example_spec("diamond"), model)
+
+
+def _model(config: RunnableConfig | None) -> str:
+    return model_from_config(config, "subagent", "MAS_SUBAGENT")
+
+
+def cot(config: RunnableConfig) -> CompiledStateGraph:
+    """Chain-of-thought baseline on the run's sub-agent model."""
+    return _baseline("cot", _model(config))
+
+
+def sc(config: RunnableConfig) -> CompiledStateGraph:
+    """Self-consistency baseline on the run's sub-agent model."""
+    return _baseline("sc", _model(config))
+
+
+def reflexion(config: RunnableConfig) -> CompiledStateGraph:
+    """Reflexion baseline on the run's sub-agent model."""
+    return _baseline("reflexion", _model(config))
+
+
+def debate(config: RunnableConfig) -> CompiledStateGraph:
+    """Debate baseline on the run's sub-agent model."""
+    return _baseline("debate", _model(config))
+
+
+def diamond(config: RunnableConfig) -> CompiledStateGraph:
+    """The diamond example spec on the run's sub-agent model."""
+    return _diamond(_model(config))

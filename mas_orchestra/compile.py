@@ -21,7 +21,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from agents.base import AgentResult, CallLimiter, CallSettings
-from mas_orchestra.errors import CompileError, NodeExecutionError
+from mas_orchestra.errors import CompileError, NodeExecutionError, ThreadMismatchError
 from mas_orchestra.registry import AgentKind, AgentRegistry, BuildContext, default_registry
 from mas_orchestra.spec import PLACEHOLDER_RE, AgentNode, GraphSpec
 
@@ -34,6 +34,11 @@ def _merge(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[st
     return {**(left or {}), **(right or {})}
 
 
+def _last(left: str | None, right: str | None) -> str:
+    # Parallel nodes of one superstep all write the same hash; a reducer keeps that from being a conflict.
+    return right or left or ""
+
+
 class MASState(TypedDict, total=False):
     """State of a compiled multi-agent system."""
 
@@ -41,6 +46,8 @@ class MASState(TypedDict, total=False):
     results: Annotated[dict[str, AgentResult], _merge]
     final_answer: str
     trace: Annotated[list[str], operator.add]
+    # Which spec wrote this state: a checkpointed thread resumed by a graph of another spec is refused.
+    spec_hash: Annotated[str, _last]
 
 
 def render_task(node: AgentNode, question: str, results: Mapping[str, AgentResult]) -> str:
@@ -112,17 +119,21 @@ def _node_function(
     metadata = {"node_id": node.id, "agent_kind": kind.name, "agent_block": kind.block, "spec_hash": spec_hash}
 
     async def run_node(state: MASState, config: RunnableConfig) -> dict[str, Any]:
+        stored = state.get("spec_hash")
+        if stored and stored != spec_hash:
+            thread = str((config.get("configurable") or {}).get("thread_id", "?"))
+            raise ThreadMismatchError(thread, {"spec": (stored, spec_hash)})
         task = render_task(node, state["question"], state.get("results") or {})
         child = patch_config(config, run_name=name)
         child["metadata"] = {**(child.get("metadata") or {}), **metadata}
         child["tags"] = [*(child.get("tags") or []), f"agent:{kind.name}"]
         try:
             result = await traced.ainvoke(task, child)
-        except (CompileError, NodeExecutionError):
+        except (CompileError, NodeExecutionError, ThreadMismatchError):
             raise
         except Exception as exc:  # name the node; the runtime turns this into an exec_error outcome
             raise NodeExecutionError(node.id, kind.block, exc) from exc
-        update: dict[str, Any] = {"results": {node.id: result}, "trace": [node.id]}
+        update: dict[str, Any] = {"results": {node.id: result}, "trace": [node.id], "spec_hash": spec_hash}
         if is_sink:
             update["final_answer"] = result.answer
         return update
@@ -145,6 +156,7 @@ def compile_spec(
     max_concurrency: int | None = None,
     max_retries: int = 0,
     retry_initial_delay: float = 1.0,
+    checkpointer: Any = None,
 ) -> CompiledStateGraph:
     """Build the LangGraph graph of a spec. Invoke it with ``{"question": "…"}``.
 
@@ -153,6 +165,13 @@ def compile_spec(
     with a search node and no backend is a :class:`CompileError`. ``max_concurrency`` bounds the model
     calls in flight across the whole graph; ``max_retries`` wraps every model in LangChain's
     ``with_retry`` for transient errors (time-outs, connection errors, rate limits, 5xx).
+
+    ``checkpointer``: any LangGraph checkpointer (``InMemorySaver``, ``SqliteSaver``/``AsyncSqliteSaver``,
+    ``PostgresSaver``…; :mod:`mas_orchestra.checkpoint` builds ones with a serializer that allows our
+    types). Then invoke with ``config={"configurable": {"thread_id": …}}``: every superstep's node results
+    are checkpointed, so ``graph.invoke(None, config)`` after a crash or error re-runs only the nodes that
+    had not finished, and ``graph.get_state(config)`` / ``get_state_history`` show each node's result.
+    Resuming a thread written by another spec raises :class:`~mas_orchestra.errors.ThreadMismatchError`.
     """
     if not isinstance(spec, GraphSpec):
         raise TypeError(f"compile_spec expects a GraphSpec, got {type(spec).__name__}")
@@ -187,7 +206,7 @@ def compile_spec(
         builder.add_node("direct_answer", RunnableLambda(direct, afunc=adirect, name="direct_answer"))
         builder.add_edge(START, "direct_answer")
         builder.add_edge("direct_answer", END)
-        return builder.compile(name="mas-direct-answer").with_config(recursion_limit=10)
+        return builder.compile(checkpointer=checkpointer, name="mas-direct-answer").with_config(recursion_limit=10)
 
     problems = []
     for node in spec.nodes:
@@ -230,5 +249,5 @@ def compile_spec(
     config: dict[str, Any] = {"recursion_limit": len(spec.nodes) + 10}
     if max_concurrency is not None:
         config["max_concurrency"] = max_concurrency
-    return builder.compile(name=f"mas-{spec_hash}").with_config(**config)
+    return builder.compile(checkpointer=checkpointer, name=f"mas-{spec_hash}").with_config(**config)
 

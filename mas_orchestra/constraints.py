@@ -148,20 +148,25 @@ class OrchestrationConstraint(OutputConstraint):
             return self.limits, True
         markup = agent_markup_chars(k, self.dom, self.registry) + edges_chars(k if self.dom == "high" else 0)
         available = remaining - _markup_tokens(markup) - 2  # 2: the end-of-text token and slack
-        full = agent_text_chars(self.registry, self.limits)
-        scale = min(1.0, max(0.0, available / full))
+        scale = min(1.0, max(0.0, available / agent_text_chars(self.registry, self.limits)))
+        while True:  # shrink until it fits: per-item constants (list quotes) do not scale with the bounds
+            limits = self._scaled(scale, remaining)
+            if agent_text_chars(self.registry, limits) <= available or scale == 0.0:
+                break
+            scale = scale * 0.9 if scale > 0.01 else 0.0
+        return limits, agent_text_chars(self.registry, limits) <= available
 
+    def _scaled(self, scale: float, remaining: int) -> GrammarLimits:
         def shrink(value: int) -> int:
             return max(1, int(value * scale))
 
-        limits = replace(
+        return replace(
             self.limits,
             description_chars=shrink(self.limits.description_chars),
             input_chars=shrink(self.limits.input_chars),
             string_param_chars=shrink(self.limits.string_param_chars),
             answer_chars=max(1, min(self.limits.answer_chars, remaining - 8)),
         )
-        return limits, available >= agent_text_chars(self.registry, limits)
 
     def max_tokens_hint(self) -> int:
         """Tokens within which the unscaled limits always fit (a generous ``max_new_tokens``)."""

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from agents.errors import MasOrchestraError, MissingExtraError, install_command
 
 __all__ = [
+    "CheckpointError",
     "CompileError",
     "ConstrainedDecodingError",
     "DataError",
@@ -22,6 +23,7 @@ __all__ = [
     "MissingExtraError",
     "NodeExecutionError",
     "SpecError",
+    "ThreadMismatchError",
     "install_command",
 ]
 
@@ -67,3 +69,33 @@ class DataError(MasOrchestraError, ValueError):
 
     The message names the file and line (``data.jsonl:3: …``) or the row (``row 3: …``).
     """
+
+
+class CheckpointError(MasOrchestraError, RuntimeError):
+    """A checkpoint store cannot be used: corrupt, locked, unreadable or not a checkpoint database.
+
+    ``path`` names the file (or store); the store is never modified or recreated by the code that raises
+    this, so what it already holds is kept.
+    """
+
+    def __init__(self, path: str, problem: str, fix: str) -> None:
+        super().__init__(f"checkpoint store {path!r}: {problem}; {fix}")
+        self.path = path
+        self.problem = problem
+
+
+class ThreadMismatchError(MasOrchestraError, ValueError):
+    """A thread is resumed with a different question, spec or model set than the one that started it.
+
+    ``differences`` maps what differs (``question``, ``spec``, ``orchestrator``, ``subagent``, ``dom``…) to
+    ``(stored, given)``; nothing is run and nothing stored is changed.
+    """
+
+    def __init__(self, thread_id: str, differences: dict[str, tuple[object, object]]) -> None:
+        parts = [f"{key}: thread has {old!r}, this run has {new!r}" for key, (old, new) in differences.items()]
+        super().__init__(
+            f"thread {thread_id!r} was started with a different setup ({'; '.join(parts)}); resume it with the "
+            "same setup, start a new thread id, or fork it (Orchestra.arun(..., fork_from=...), CLI --fork)"
+        )
+        self.thread_id = thread_id
+        self.differences = differences

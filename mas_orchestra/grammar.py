@@ -83,11 +83,13 @@ class GrammarLimits:
     input_chars: int = 300
     answer_chars: int = 200
     string_param_chars: int = 40
+    max_list_items: int = 4  # list parameters (debate roles) get at most this many items, or their minimum
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_agents <= MAX_NODES:
             raise ValueError(f"max_agents must be between 1 and {MAX_NODES}, got {self.max_agents}")
-        for name in ("thinking_chars", "description_chars", "input_chars", "answer_chars", "string_param_chars"):
+        for name in ("thinking_chars", "description_chars", "input_chars", "answer_chars", "string_param_chars",
+                     "max_list_items"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
@@ -213,6 +215,7 @@ def _value_grammar(kind: AgentKind, name: str, info: FieldInfo, limits: GrammarL
         hi = bounds.get("max_length")
         if hi is None:
             raise fail("is a list without max_length")
+        hi = min(int(hi), max(lo, limits.max_list_items))
         ib = _string_bounds(item)
         cap = min(int(ib.get("max_length", limits.string_param_chars)), limits.string_param_chars)
         element = '"\\"" ' + _text(cap, exclude='<"\\\n', first_nonspace=True) + ' "\\""'
@@ -418,7 +421,10 @@ def agent_text_chars(registry: AgentRegistry | None, limits: GrammarLimits) -> i
             annotation = _unwrap_optional(info.annotation)
             base = typing.get_origin(annotation) or annotation
             if base is list:
-                total += int(_bounds(info).get("max_length", 1)) * (limits.string_param_chars + 4)
+                bounds = _bounds(info)
+                items = min(int(bounds.get("max_length", 1)), max(int(bounds.get("min_length", 0)),
+                                                                   limits.max_list_items))
+                total += items * (limits.string_param_chars + 4)
             elif base is str:
                 total += limits.string_param_chars
             else:

@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 #: Orchestrator token budget of a constrained local model when none is given (the stages fit any budget;
 #: this one leaves room for a plan and a few agents).
 DEFAULT_CONSTRAINED_MAX_TOKENS = 512
+_NO_RESUME: Any = object()  # "no resume value given" (None is a valid resume value: approve)
 
 
 class Status(str, enum.Enum):
@@ -55,6 +56,7 @@ class Status(str, enum.Enum):
     COMPILE_ERROR = "compile_error"
     EXEC_ERROR = "exec_error"
     TIMEOUT = "timeout"
+    INTERRUPTED = "interrupted"  # paused for approval on a checkpointed thread; resume it to go on
 
 
 class Outcome(BaseModel):
@@ -70,6 +72,8 @@ class Outcome(BaseModel):
     error: str | None = None
     failed_node: str | None = None
     usage: RunUsage = Field(default_factory=RunUsage)
+    thread_id: str | None = None  # the checkpointed thread this run lives on (None without a checkpointer)
+    interrupt: dict[str, Any] | None = None  # what the approval interrupt shows, when status is interrupted
 
     @field_validator("spec", mode="wrap")
     @classmethod
@@ -99,6 +103,8 @@ class _Run:
         self.results: dict[str, AgentResult] = {}
         self.answer: str | None = None
         self.usage = UsageCallback()
+        self.thread_id: str | None = None
+        self.interrupt: dict[str, Any] | None = None
 
     def outcome(self, status: Status, *, error: str | None = None, failed_node: str | None = None) -> Outcome:
         return Outcome(
@@ -112,6 +118,8 @@ class _Run:
             error=error,
             failed_node=failed_node,
             usage=self.usage.snapshot(time.perf_counter() - self.started),
+            thread_id=self.thread_id,
+            interrupt=self.interrupt,
         )
 
 
@@ -274,6 +282,14 @@ class Orchestra:
     others; ``True``: on, and a backend that cannot do it raises :class:`ConstrainedDecodingError` here;
     ``False``: off; ``"auto"``: on where the backend can, off with a logged warning elsewhere.
     ``grammar_limits`` bounds what a constrained orchestration may contain (agents, text lengths).
+
+    ``checkpointer``: any LangGraph checkpointer, or a path to a SQLite file (opened for each run; needs the
+    ``checkpoint`` extra). Runs then live on threads (``arun(question, thread_id=...)``): the orchestration,
+    the approval and every node result are checkpointed, and running the same thread again resumes it
+    without calling the orchestrator or any finished node again (a finished thread returns its stored
+    outcome). ``interrupt_before_execute`` pauses each run after orchestration (status ``interrupted``,
+    the spec in ``Outcome.interrupt``) until ``arun(question, thread_id=..., resume=...)`` approves, edits
+    or rejects it.
     """
 
     def __init__(
@@ -289,6 +305,8 @@ class Orchestra:
         max_concurrency: int = 32,
         agents: list[str] | None = None,
         registry: AgentRegistry | None = None,
+        checkpointer: Any = None,
+        interrupt_before_execute: bool = False,
         orchestrator_temperature: float | None = None,
         orchestrator_max_tokens: int | None = None,
         retry_initial_delay: float = 1.0,
@@ -312,6 +330,10 @@ class Orchestra:
         self.call_timeout = call_timeout
         self.max_concurrency = max_concurrency
         self.retry_initial_delay = retry_initial_delay
+        if interrupt_before_execute and checkpointer is None:
+            raise ValueError("interrupt_before_execute=True needs a checkpointer (e.g. checkpointer='runs.sqlite')")
+        self.checkpointer = checkpointer
+        self.interrupt_before_execute = interrupt_before_execute
         self.registry = offered_registry(registry, search=search, agents=agents)
         # Model strings get the per-call timeout and the rate limiter at the HTTP client level.
         resolve = {"timeout": call_timeout, "requests_per_second": requests_per_second}
@@ -338,7 +360,7 @@ class Orchestra:
                 self.orchestrator, self.orchestration_constraint, max_tokens=orchestrator_max_tokens,
                 fallback=orchestrator_mode == "fallback",
             )
-        self._constrain_reply = reply_constrainer(subagent_mode, self.subagent)
+        self.constrain_reply = reply_constrainer(subagent_mode, self.subagent)
         self.constrained = {"orchestrator": orchestrator_mode, "subagent": subagent_mode}
         if orchestrator_max_tokens is not None:
             self._orchestrator_kwargs["max_tokens"] = orchestrator_max_tokens
@@ -364,22 +386,50 @@ class Orchestra:
     def plan(self, question: str) -> GraphSpec:
         return _run_sync(self.aplan(question))
 
-    async def arun(self, question: str, *, callbacks: list[Any] | None = None) -> Outcome:
-        """Orchestrate, compile and run; always returns an :class:`Outcome`."""
+    async def arun(
+        self, question: str, *, callbacks: list[Any] | None = None, thread_id: str | None = None,
+        resume: Any = _NO_RESUME, fork_from: str | None = None,
+    ) -> Outcome:
+        """Orchestrate, compile and run; always returns an :class:`Outcome`.
+
+        With a checkpointer, ``thread_id`` / ``resume`` / ``fork_from`` are those of :meth:`astream`.
+        """
         outcome: Outcome | None = None
-        async for event in self.astream(question, callbacks=callbacks):
+        async for event in self.astream(
+            question, callbacks=callbacks, thread_id=thread_id, resume=resume, fork_from=fork_from
+        ):
             if event["type"] == "outcome":
                 outcome = event["outcome"]
         assert outcome is not None
         return outcome
 
-    def run(self, question: str, *, callbacks: list[Any] | None = None) -> Outcome:
+    def run(
+        self, question: str, *, callbacks: list[Any] | None = None, thread_id: str | None = None,
+        resume: Any = _NO_RESUME, fork_from: str | None = None,
+    ) -> Outcome:
         """Synchronous :meth:`arun` (not from inside a running event loop)."""
-        return _run_sync(self.arun(question, callbacks=callbacks))
+        return _run_sync(
+            self.arun(question, callbacks=callbacks, thread_id=thread_id, resume=resume, fork_from=fork_from)
+        )
 
-    async def astream(self, question: str, *, callbacks: list[Any] | None = None) -> AsyncIterator[dict[str, Any]]:
-        """Yield events: ``orchestration`` (text), ``spec``, ``node_start``/``node_end``, ``outcome``."""
+    async def astream(
+        self, question: str, *, callbacks: list[Any] | None = None, thread_id: str | None = None,
+        resume: Any = _NO_RESUME, fork_from: str | None = None,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Yield events: ``orchestration`` (text), ``spec``, ``node_start``/``node_end``, ``outcome``.
+
+        With a checkpointer the run lives on thread ``thread_id`` (a new id when None, in
+        ``Outcome.thread_id``); an existing thread is resumed (see :class:`Orchestra`). ``resume`` answers an
+        approval interrupt (``"approve"``, ``"reject"``, an edited spec; see
+        :func:`mas_orchestra.pipeline.review_decision`). ``fork_from`` starts ``thread_id`` from another
+        thread's orchestration, so its nodes run again with this Orchestra's models.
+        Resuming with another question or model set raises :class:`ThreadMismatchError`; a checkpoint
+        store that cannot be used raises :class:`CheckpointError`.
+        """
         _check_question(question)
+        durable = self.checkpointer is not None
+        if not durable and (thread_id is not None or fork_from is not None or resume is not _NO_RESUME):
+            raise ValueError("thread_id / resume / fork_from need Orchestra(checkpointer=...)")
         run = _Run(question)
         manager = AsyncCallbackManager.configure(
             inheritable_callbacks=[run.usage, *(callbacks or [])], inheritable_metadata={"dom": self.dom}
@@ -387,7 +437,11 @@ class Orchestra:
         root = await manager.on_chain_start({"name": "MAS-Orchestra"}, {"question": question}, name="MAS-Orchestra")
         final: Outcome | None = None
         try:
-            async for event in _with_deadline(self._events(run, root.get_child()), run, self.timeout):
+            events = (
+                self._thread_events(run, root.get_child(), thread_id, resume, fork_from)
+                if durable else self._events(run, root.get_child())
+            )
+            async for event in _with_deadline(events, run, self.timeout):
                 if event["type"] == "outcome":
                     final = event["outcome"]
                 yield event
@@ -399,7 +453,19 @@ class Orchestra:
             else:
                 await root.on_chain_error(asyncio.CancelledError("stream closed before the run ended"))
 
+    def parse(self, text: str) -> GraphSpec:
+        """Parse and validate orchestration text the way this Orchestra does (its DoM and registry)."""
+        return parse_orchestration(text, dom=self.dom, registry=self.registry)
+
     # -- internals ----------------------------------------------------------------------------
+
+    async def _thread_events(
+        self, run: _Run, child: Any, thread_id: str | None, resume: Any, fork_from: str | None
+    ) -> AsyncIterator[dict[str, Any]]:
+        from mas_orchestra.threads import thread_events
+
+        async for event in thread_events(self, run, child, thread_id, resume, fork_from):
+            yield event
 
     async def _events(self, run: _Run, child: Any) -> AsyncIterator[dict[str, Any]]:
         try:
@@ -421,7 +487,7 @@ class Orchestra:
             run, model=self.subagent, search=self.search, registry=self.registry, max_retries=self.max_retries,
             max_concurrency=self.max_concurrency, call_timeout=self.call_timeout,
             retry_initial_delay=self.retry_initial_delay, callbacks=[], parent=child,
-            constrain_reply=self._constrain_reply,
+            constrain_reply=self.constrain_reply,
         ):
             yield event
 

@@ -150,7 +150,7 @@ class GraphSpec(BaseModel):
         registry = registry or default_registry
         lines = ["flowchart TD"]
         if not self.nodes:
-            text = (self.direct_answer or "").replace('"', "'")[:80]
+            text = " ".join((self.direct_answer or "").split()).replace('"', "'")[:80]  # one line, as Mermaid needs
             lines.append(f'    answer(["direct answer: {text}"])')
             return "\n".join(lines)
         for node in self.nodes:
@@ -386,8 +386,11 @@ def spec_from_data(data: Any, *, registry: AgentRegistry | None = None) -> Graph
         raise SpecError("spec is nested too deeply") from None
 
 
-def parse_spec(text: str | bytes, *, registry: AgentRegistry | None = None) -> GraphSpec:
-    """Parse our JSON spec format; every failure is a :class:`SpecError`."""
+def parse_spec(
+    text: str | bytes, *, registry: AgentRegistry | None = None, dom: Literal["high", "low"] | None = None
+) -> GraphSpec:
+    """Parse our JSON spec format; every failure is a :class:`SpecError`. ``dom``: the DoM of a spec that
+    does not state one (default: the schema's, high)."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", errors="replace")
     if not isinstance(text, str):
@@ -402,4 +405,6 @@ def parse_spec(text: str | bytes, *, registry: AgentRegistry | None = None) -> G
         raise SpecError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except RecursionError:
         raise SpecError("JSON is nested too deeply") from None
+    if dom is not None and isinstance(data, dict):
+        data.setdefault("dom", dom)
     return spec_from_data(data, registry=registry)

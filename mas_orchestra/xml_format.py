@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from mas_orchestra.errors import SpecError
 from mas_orchestra.registry import AgentRegistry, default_registry
-from mas_orchestra.spec import MAX_NODES, GraphSpec, spec_from_data
+from mas_orchestra.spec import MAX_NODES, GraphSpec, parse_spec, spec_from_data
 
 __all__ = ["MAX_TEXT_CHARS", "detect_dom", "parse_orchestration", "spec_to_xml"]
 
@@ -182,7 +182,7 @@ def parse_orchestration(
     text = _strip_harmony(text)
     stripped = text.strip()
     if stripped.startswith("{") and stripped.endswith("}"):
-        return _parse_json_form(stripped, dom, registry)
+        return parse_spec(stripped, registry=registry, dom=dom)  # our JSON form (JSON-schema constrained APIs)
     doc = _Doc(text, _STRUCTURE_TAGS | _param_tags(registry))
     end = len(text)
     problems: list[str] = []
@@ -265,19 +265,6 @@ def parse_orchestration(
     data["nodes"] = [
         {k: v for k, v in n.items() if not k.startswith("_")} for n in nodes
     ]
-    return spec_from_data(data, registry=registry)
-
-
-def _parse_json_form(text: str, dom: Literal["high", "low"], registry: AgentRegistry) -> GraphSpec:
-    """Our JSON spec form (what JSON-schema constrained orchestrators write); the DoM defaults to ``dom``."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    except RecursionError:
-        raise SpecError("JSON is nested too deeply") from None
-    if isinstance(data, dict):
-        data.setdefault("dom", dom)
     return spec_from_data(data, registry=registry)
 
 

@@ -37,6 +37,8 @@ BUILTIN_BASE: dict[str, type[BaseException]] = {
     "mas_orchestra.errors.GrammarError": ValueError,
     "mas_orchestra.errors.ConstrainedDecodingError": RuntimeError,
     "mas_orchestra.errors.DataError": ValueError,
+    "mas_orchestra.errors.CheckpointError": RuntimeError,
+    "mas_orchestra.errors.ThreadMismatchError": ValueError,
     "mas_orchestra.evaluation.common.EvalInputError": ValueError,
     "mas_orchestra.evaluation.common.ConfigMismatchError": ValueError,
     "mas_orchestra.models.MissingCredentialsError": RuntimeError,

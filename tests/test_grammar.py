@@ -335,3 +335,13 @@ def test_a_budget_too_small_for_an_agent_answers_directly(dom: str) -> None:
     for text in decode_at_random(constraint, rows=8, max_new=40, seed=5):
         spec = parse_orchestration(text, dom=dom, registry=REGISTRY)
         assert not spec.nodes and spec.direct_answer, text
+
+
+@pytest.mark.parametrize("dom", ["high", "low"])
+def test_the_default_budget_offers_agents(dom: str) -> None:
+    """With the default orchestrator budget the first stage offers a real agent, not only a direct answer."""
+    constraint = OrchestrationConstraint(dom=dom, registry=REGISTRY)
+    stage = constraint.next_stage("<thinking>plan</thinking>", 480)
+    assert stage is not None and "agent_1" in stage and "<agent_name>" in stage
+    limits, fits = constraint._fitted(1, 480)
+    assert fits and limits.input_chars >= 100

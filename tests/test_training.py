@@ -412,6 +412,19 @@ def test_grpo_config_mapping():
     assert args.use_cpu and not args.bf16 and not args.gradient_checkpointing
     assert args.remove_unused_columns is False and args.report_to == ["tensorboard"]
     assert args.model_init_kwargs == {"dtype": "float32"}
+    assert args.generation_kwargs is None  # no constraint given
+
+
+def test_vllm_rollouts_get_the_one_piece_grammar():
+    from mas_orchestra.grammar import GrammarLimits, orchestration_grammar
+    from training.grpo import _orchestration_constraint, build_grpo_config
+    from training.rewards import orchestra_registry
+
+    cfg = parse_config(["--use-vllm", "--dom", "high", "--max-agents", "3"])
+    registry = orchestra_registry()
+    args = build_grpo_config(cfg, cuda=False, bf16_ok=False, constraint=_orchestration_constraint(cfg, registry))
+    grammar = args.generation_kwargs["structured_outputs"]["grammar"]
+    assert grammar == orchestration_grammar("high", registry, GrammarLimits(max_agents=3))
 
 
 @needs_train
