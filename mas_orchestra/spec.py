@@ -172,7 +172,7 @@ class GraphSpec(BaseModel):
         spec naming a user-registered kind loads with the registry that kind was registered in.
         """
         if text.lstrip().startswith("{"):
-            return parse_spec(text, registry=registry)
+            return parse_spec(text, registry=registry, dom=dom)  # dom: for JSON that states none
         from mas_orchestra.xml_format import detect_dom, parse_orchestration
 
         return parse_orchestration(text, dom=dom or detect_dom(text), registry=registry)
