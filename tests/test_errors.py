@@ -43,7 +43,7 @@ BUILTIN_BASE: dict[str, type[BaseException]] = {
     "mas_orchestra.evaluation.common.ConfigMismatchError": ValueError,
     "mas_orchestra.models.MissingCredentialsError": RuntimeError,
     "mas_orchestra.models.TransientModelError": RuntimeError,
-    "mas_orchestra.hf_chat.EmbeddedModelUnavailableError": ImportError,
+    "mas_orchestra.embedded.EmbeddedModelUnavailableError": ImportError,
 }
 
 _BUILTIN_EXCEPTIONS = {
