@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -35,6 +34,7 @@ from mas_orchestra.models import resolve_model, with_transient_retry
 from mas_orchestra.prompts import orchestrator_prompt
 from mas_orchestra.registry import AgentRegistry, default_registry, offered_registry
 from mas_orchestra.spec import GraphSpec
+from mas_orchestra.status import Status
 from mas_orchestra.usage import ORCHESTRATOR_TAG, RunUsage, UsageCallback
 from mas_orchestra.xml_format import parse_orchestration
 
@@ -46,17 +46,6 @@ log = logging.getLogger(__name__)
 #: this one leaves room for a plan and a few agents).
 DEFAULT_CONSTRAINED_MAX_TOKENS = 512
 _NO_RESUME: Any = object()  # "no resume value given" (None is a valid resume value: approve)
-
-
-class Status(str, enum.Enum):
-    """How a run ended."""
-
-    OK = "ok"
-    INVALID_SPEC = "invalid_spec"
-    COMPILE_ERROR = "compile_error"
-    EXEC_ERROR = "exec_error"
-    TIMEOUT = "timeout"
-    INTERRUPTED = "interrupted"  # paused for approval on a checkpointed thread; resume it to go on
 
 
 class Outcome(BaseModel):

@@ -42,21 +42,32 @@ async def _orchestra_eval(rows, out_dir, **kwargs):
     return summary, orch, sub
 
 
-# -- constants kept in step with the modules they mirror ---------------------------------------------
+# -- constants taken from their one source -----------------------------------------------------------
 
 
-def test_constants_mirror_runtime_grading_and_baselines():
+def test_constants_come_from_runtime_grading_and_registry():
     from graphs.baselines import BASELINES, baseline_spec
     from mas_orchestra.grading import VALID_KINDS
+    from mas_orchestra.registry import BASELINE_KINDS
     from mas_orchestra.runtime import Status
 
     # eval runs have no checkpointer, so no run of theirs can pause for approval ("interrupted")
     assert tuple(s.value for s in Status if s is not Status.INTERRUPTED) == ev.STATUSES
-    assert ev.GRADERS == VALID_KINDS
-    assert ev.BASELINE_KINDS == BASELINES
+    assert "interrupted" not in ev.STATUSES
+    assert ev.GRADERS is VALID_KINDS
+    assert ev.BASELINE_KINDS is BASELINE_KINDS and BASELINES is BASELINE_KINDS
     for kind in BASELINES:
         assert ev._baseline_spec(kind, None) == baseline_spec(kind)
     assert ev._baseline_spec("cot", 0.0).nodes[0].params == {"temperature": 0.0}
+
+
+def test_eval_constants_import_no_langgraph():
+    # the CLI imports them for every command: they must not pull in the runtime, LangGraph or ``graphs``
+    code = ("import sys, mas_orchestra.evaluation.common; "
+            "print(','.join(m for m in ('langgraph', 'graphs', 'mas_orchestra.runtime') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == ""
 
 
 # -- summary numbers ---------------------------------------------------------------------------------

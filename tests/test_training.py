@@ -380,6 +380,9 @@ def test_config_errors(tmp_path, capsys):
     with pytest.raises(SystemExit):
         parse_config(["--dom", "medium"])
     with pytest.raises(SystemExit):
+        parse_config(["--grader", "nope"])
+    assert "valid values are math, exact, f1, mcq, judge" in capsys.readouterr().err  # grading.VALID_KINDS
+    with pytest.raises(SystemExit):
         parse_config(["--use-vllm", "--vllm-mode", "server"])
     assert "needs --vllm-server-url" in capsys.readouterr().err
     text = build_parser().format_help()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mas_orchestra.errors import install_command
+from mas_orchestra.grading import VALID_KINDS
 
 __all__ = ["OrchestraGRPOConfig", "build_parser", "load_yaml", "parse_config"]
 
@@ -63,7 +64,7 @@ class OrchestraGRPOConfig:
         "(rows id/question/answer), parquet:<path>[:prompt=rebuild|keep] (the original's verl rows); "
         "join several with +"))
     limit: int | None = field(default=None, metadata=_help("keep only the first N rows of the dataset"))
-    grader: str = field(default="math", metadata=_help("answer grading: math | exact | f1 | mcq | judge"))
+    grader: str = field(default="math", metadata=_help(f"answer grading: {' | '.join(VALID_KINDS)}"))
     judge: str | None = field(default=None, metadata=_help("judge model string for --grader judge"))
     reward_concurrency: int = field(default=128, metadata=_help(
         "multi-agent systems executed at once per process (the paper ran 128 at once)"))
@@ -150,7 +151,7 @@ class OrchestraGRPOConfig:
                 problems.append(f"{name}={getattr(self, name)!r}: valid values are {', '.join(valid)}")
 
         choice("dom", ("high", "low"))
-        choice("grader", ("math", "exact", "f1", "mcq", "judge"))
+        choice("grader", VALID_KINDS)
         choice("cost_metric", ("subagent_calls", "total_tokens", "cost_usd"))
         choice("report_to", ("none", "tensorboard", "wandb"))
         choice("vllm_mode", ("colocate", "server"))

@@ -1,4 +1,4 @@
-"""What every part of an eval shares: file names, the literal status/grader/baseline lists, the errors and
+"""What every part of an eval shares: file names, the status/grader/baseline lists, the errors and
 the data rows (:func:`load_rows`, over the shared reader :func:`mas_orchestra.datasets.read_rows`)."""
 
 from __future__ import annotations
@@ -11,6 +11,9 @@ from typing import Any
 
 from mas_orchestra.datasets import read_rows
 from mas_orchestra.errors import DataError, MasOrchestraError
+from mas_orchestra.grading import VALID_KINDS
+from mas_orchestra.registry import BASELINE_KINDS as _BASELINE_KINDS
+from mas_orchestra.status import Status
 
 __all__ = [
     "BASELINE_KINDS",
@@ -40,11 +43,13 @@ LOCK_FILE = ".lock"
 MAX_ORCHESTRATION_CHARS = 20_000
 CONFIG_VERSION = 1
 
-# Kept as literals (checked against the runtime/grading/graphs modules in the tests) so importing this
-# module, which the CLI does for every command, stays cheap and never imports the ``graphs`` layer.
-STATUSES: tuple[str, ...] = ("ok", "invalid_spec", "compile_error", "exec_error", "timeout")
-GRADERS: tuple[str, ...] = ("math", "exact", "f1", "mcq", "judge")
-BASELINE_KINDS: tuple[str, ...] = ("cot", "sc", "reflexion", "debate", "search")
+# Each list comes from its one source, all cheap to import (no LangGraph, no ``graphs`` layer): the CLI
+# imports this module for every command.
+#: The statuses an eval run can end with: every :class:`Status` but ``interrupted``, which needs a
+#: checkpointer (a paused thread), and eval runs have none.
+STATUSES: tuple[str, ...] = tuple(s.value for s in Status if s is not Status.INTERRUPTED)
+GRADERS: tuple[str, ...] = VALID_KINDS
+BASELINE_KINDS: tuple[str, ...] = _BASELINE_KINDS
 # The arguments that decide what a results line means; a resumed run must agree on all of them.
 IDENTITY_KEYS: tuple[str, ...] = ("data", "orchestrator", "subagent", "dom", "grader", "judge_model", "baseline")
 
