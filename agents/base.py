@@ -38,6 +38,7 @@ __all__ = [
     "Usage",
     "ask",
     "bind_tools",
+    "message_text",
     "model_name_of",
     "parse_reply",
 ]
@@ -288,13 +289,28 @@ class CallSettings:
     constrain_reply: ReplyConstrainer | None = field(default=None, repr=False)
 
 
-def _content_text(message: Any) -> str:
-    content = getattr(message, "content", message)
+def message_text(message: Any) -> str:
+    """The text of a model reply or chat message, read as :attr:`BaseMessage.text` reads it.
+
+    A :class:`~langchain_core.messages.BaseMessage` gives its ``.text`` (string content as is; of content
+    blocks, the strings and the ``type: "text"`` blocks, joined). Anything else is read the same way
+    through its content: a plain string (an LLM's reply) is its own content, a chat dict
+    (``{"role", "content"}``, as in TRL completions) has ``"content"``, other objects their
+    ``.content``; ``None`` content reads as ``""``.
+    """
+    if isinstance(message, BaseMessage):
+        return str(message.text)
+    content = message.get("content") if isinstance(message, Mapping) else getattr(message, "content", message)
+    if content is None:
+        return ""
     if isinstance(content, str):
         return content
-    if isinstance(content, list):  # content blocks
+    if isinstance(content, Sequence):  # content blocks
         return "".join(
-            part.get("text", "") if isinstance(part, Mapping) else str(part) for part in content
+            block if isinstance(block, str) else block["text"]
+            for block in content
+            if isinstance(block, str)
+            or (isinstance(block, Mapping) and block.get("type") == "text" and isinstance(block.get("text"), str))
         )
     return str(content)
 
@@ -350,7 +366,7 @@ async def ask(
         reply = await _invoke(model, messages, kwargs, settings, tags=(FORMAT_RETRY_TAG,) if attempt else ())
         usage.record(name, reply)
         usage.format_retries += 1 if attempt else 0
-        reply_text = _content_text(reply)
+        reply_text = message_text(reply)
         parsed = parse_reply(reply_text)
         if parsed is not None:
             return parsed

@@ -585,11 +585,11 @@ def _judge_messages(question: str, response: str, truths: list[str]) -> list[dic
     return [{"role": "user", "content": prompt}]
 
 
-def _content_text(reply: Any) -> str:
-    content = getattr(reply, "content", reply)
-    if isinstance(content, list):  # content blocks (e.g. Anthropic): keep the text parts
-        content = " ".join(b.get("text", "") if isinstance(b, dict) else str(b) for b in content)
-    return str(content)
+def _reply_text(reply: Any) -> str:
+    # Imported here, not at the top: the Math-Verify worker loads this file alone, without the packages.
+    from agents.base import message_text
+
+    return message_text(reply)
 
 
 def parse_judge_reply(text: str) -> bool:
@@ -648,7 +648,7 @@ def grade(
     if kind == "judge":
         if question is None or judge is None:
             raise ValueError("kind='judge' needs question= and judge=")
-        return parse_judge_reply(_content_text(judge.invoke(_judge_messages(question, prediction, truths))))
+        return parse_judge_reply(_reply_text(judge.invoke(_judge_messages(question, prediction, truths))))
     parts = _per_part(prediction, truths)
     if parts is None:
         return False
@@ -699,7 +699,7 @@ async def agrade(
             reply = await judge.ainvoke(messages)
         else:
             reply = await asyncio.to_thread(judge.invoke, messages)
-        return parse_judge_reply(_content_text(reply))
+        return parse_judge_reply(_reply_text(reply))
     return await asyncio.to_thread(
         grade, prediction, truth, kind, question=question, judge=judge, timeout=timeout
     )

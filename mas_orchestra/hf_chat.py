@@ -163,19 +163,6 @@ _ROLE_BY_TYPE = {
 _GEN_KWARGS = frozenset({"temperature", "top_p", "max_new_tokens", "max_tokens", "seed", "constraint"})
 
 
-def _content_text(content: str | list[Any]) -> str:
-    """Flatten LangChain message content (string or content blocks) to text."""
-    if isinstance(content, str):
-        return content
-    parts: list[str] = []
-    for block in content:
-        if isinstance(block, str):
-            parts.append(block)
-        elif isinstance(block, dict) and block.get("type") == "text":
-            parts.append(str(block.get("text", "")))
-    return "".join(parts)
-
-
 def _to_chat_dicts(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
     """Convert LangChain messages to ``{"role", "content"}`` dicts for the chat template."""
     out = []
@@ -184,7 +171,7 @@ def _to_chat_dicts(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
             role = msg.role
         else:
             role = next((r for t, r in _ROLE_BY_TYPE.items() if isinstance(msg, t)), msg.type)
-        out.append({"role": role, "content": _content_text(msg.content)})
+        out.append({"role": role, "content": str(msg.text)})
     return out
 
 

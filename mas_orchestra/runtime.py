@@ -19,7 +19,7 @@ from langchain_core.messages import HumanMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 from pydantic import BaseModel, Field, field_validator
 
-from agents.base import AgentResult, CallSettings
+from agents.base import AgentResult, CallSettings, message_text
 from mas_orchestra.compile import NodeExecutionError, compile_spec
 from mas_orchestra.constraints import (
     ConstrainedSetting,
@@ -110,13 +110,6 @@ class _Run:
             thread_id=self.thread_id,
             interrupt=self.interrupt,
         )
-
-
-def _text_of(message: Any) -> str:
-    content = getattr(message, "content", message)
-    if isinstance(content, list):
-        return "".join(p.get("text", "") if isinstance(p, Mapping) else str(p) for p in content)
-    return str(content)
 
 
 async def _stream_graph(graph: Any, run: _Run, config: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
@@ -366,7 +359,7 @@ class Orchestra:
         model = with_transient_retry(self._orchestrator_call, self.max_retries, initial_delay=self.retry_initial_delay)
         config: RunnableConfig = {"callbacks": callbacks, "tags": [ORCHESTRATOR_TAG], "run_name": "orchestrator"}
         reply = await model.ainvoke([HumanMessage(content=self.prompt(question))], config, **self._orchestrator_kwargs)
-        return _text_of(reply)
+        return message_text(reply)
 
     async def aplan(self, question: str) -> GraphSpec:
         """Orchestrate and parse: the spec the orchestrator wrote (raises SpecError if invalid)."""

@@ -161,3 +161,16 @@ async def test_call_timeout():
     model = ScriptedChatModel(delay=1.0)
     with pytest.raises(TimeoutError):
         await CoTAgent(model, settings=CallSettings(call_timeout=0.05)).arun("t")
+
+
+def test_message_text_reads_like_base_message_text():
+    from langchain_core.messages import AIMessage
+
+    from agents.base import message_text
+
+    blocks = ["a", {"type": "text", "text": "b"}, {"type": "reasoning", "reasoning": "hidden"}, {"text": "untyped"}]
+    message = AIMessage(content=blocks)
+    assert message_text(message) == message.text == "ab"
+    assert message_text({"role": "assistant", "content": blocks}) == "ab"  # a chat dict (TRL completion)
+    assert message_text(type("Reply", (), {"content": blocks})()) == "ab"  # anything with .content
+    assert message_text("plain") == "plain" and message_text({"role": "assistant", "content": None}) == ""

@@ -46,6 +46,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from agents.base import message_text
 from mas_orchestra.errors import SpecError
 from mas_orchestra.grading import VALID_KINDS, agrade
 from mas_orchestra.models import resolve_model
@@ -110,24 +111,12 @@ def completion_text(completion: Any) -> str:
     if isinstance(completion, str):
         return completion
     if isinstance(completion, Mapping):
-        return _content_text(completion.get("content"))
+        return message_text(completion)
     if isinstance(completion, Sequence):
         messages = [m for m in completion if isinstance(m, Mapping)]
         assistant = [m for m in messages if m.get("role", "assistant") == "assistant"] or messages
-        return "\n".join(_content_text(m.get("content")) for m in assistant)
+        return "\n".join(message_text(m) for m in assistant)
     raise TypeError(f"completion must be a string or a list of chat messages, got {type(completion).__name__}")
-
-
-def _content_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence):
-        return "".join(
-            str(p.get("text", "")) if isinstance(p, Mapping) else str(p) for p in content
-        )
-    return str(content)
 
 
 def question_from_prompt(prompt: Any) -> str:
@@ -137,7 +126,7 @@ def question_from_prompt(prompt: Any) -> str:
         text = prompt
     else:
         users = [m for m in prompt if isinstance(m, Mapping) and m.get("role") == "user"] or list(prompt)
-        text = _content_text(users[-1].get("content")) if users else ""
+        text = message_text(users[-1]) if users else ""
     head, sep, tail = text.rpartition(_TASK_HEADING)
     del head
     return tail.strip() if sep else text.strip()

@@ -22,10 +22,10 @@ from agents.base import (
     CallSettings,
     ParsedReply,
     Usage,
-    _content_text,
     _invoke,
     ask,
     bind_tools,
+    message_text,
     model_name_of,
     parse_reply,
 )
@@ -306,7 +306,7 @@ class WebSearchAgent(Agent):
             if turn == self.max_turns:
                 return await self._ask(self.model, messages, run)
             reply = await self._call(self.model, messages, run)
-            text = _content_text(reply)
+            text = message_text(reply)
             turns_left = self.max_turns - turn
             request = parse_search_request(text)
             if request is not None:
@@ -344,7 +344,7 @@ class WebSearchAgent(Agent):
             reply = await self._call(tool_model, messages, run)
             calls = list(getattr(reply, "tool_calls", None) or [])
             if not calls:
-                text = _content_text(reply)
+                text = message_text(reply)
                 parsed = parse_reply(text)
                 if parsed is not None:
                     return parsed
