@@ -7,13 +7,13 @@ from typing import Any
 from langgraph.graph.state import CompiledStateGraph
 
 from mas_orchestra.compile import compile_spec
-from mas_orchestra.registry import BASELINE_KINDS, default_registry
+from mas_orchestra.registry import BASELINE_DEBATE_ROLES, BASELINE_KINDS, default_registry
 from mas_orchestra.spec import GraphSpec, spec_from_data
 
 __all__ = ["BASELINES", "DEFAULT_DEBATE_ROLES", "baseline_graph", "baseline_spec"]
 
 BASELINES: tuple[str, ...] = BASELINE_KINDS  # defined with the agent kinds (the eval, a layer below, needs them)
-DEFAULT_DEBATE_ROLES = ["Careful solver", "Critical reviewer"]
+DEFAULT_DEBATE_ROLES = list(BASELINE_DEBATE_ROLES)
 
 
 def baseline_spec(kind: str, **params: Any) -> GraphSpec:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from agents.base import AgentResult, CallSettings
 
 __all__ = [
+    "BASELINE_DEBATE_ROLES",
     "BASELINE_KINDS",
     "AgentKind",
     "AgentRegistry",
@@ -280,6 +281,8 @@ default_registry = AgentRegistry(BUILTIN_KINDS)
 #: The single-agent baselines (the paper's CoT / SC / Reflexion / Debate / Search rows): one per built-in
 #: agent kind, run alone on the whole question. ``graphs.baselines`` builds them and the eval runs them.
 BASELINE_KINDS: tuple[str, ...] = tuple(kind.name for kind in BUILTIN_KINDS)
+#: The roles of the debate baseline's debaters.
+BASELINE_DEBATE_ROLES: tuple[str, ...] = ("Careful solver", "Critical reviewer")
 
 
 def offered_registry(

@@ -37,11 +37,11 @@ from mas_orchestra.evaluation.storage import (
     read_results,
 )
 from mas_orchestra.evaluation.summary import summarize
+from mas_orchestra.registry import BASELINE_DEBATE_ROLES
 
 __all__ = ["aevaluate", "evaluate"]
 
-# Same roles as graphs.baselines.DEFAULT_DEBATE_ROLES (mas_orchestra may not import graphs).
-_BASELINE_DEBATE_ROLES = ("Careful solver", "Critical reviewer")
+_BASELINE_DEBATE_ROLES = BASELINE_DEBATE_ROLES  # the roles graphs.baselines gives its debate baseline too
 # Slack on top of the Math-Verify timeout: a fresh grading worker may take up to 120 s to import sympy,
 # and a judge model call needs a network round trip. Past it, the grade is False with the error recorded.
 _GRADE_SLACK_S = 150.0
