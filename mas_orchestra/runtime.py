@@ -112,23 +112,31 @@ class _Run:
         )
 
 
+def _node_events(run: _Run, mode: str, chunk: Any) -> list[dict[str, Any]]:
+    """The node events of one ``tasks``/``updates`` stream chunk of a compiled spec graph; records finished
+    nodes' results (and the final answer) in ``run``."""
+    if mode == "tasks":
+        started = "result" not in chunk and "error" not in chunk
+        return [{"type": "node_start", "node": chunk["name"]}] if started else []
+    events = []
+    for update in (chunk or {}).values():
+        if not isinstance(update, Mapping):
+            continue
+        for done_id, result in (update.get("results") or {}).items():
+            run.results[done_id] = result
+            events.append({"type": "node_end", "node": done_id, "agent": result.agent, "answer": result.answer})
+        if "final_answer" in update:
+            run.answer = update["final_answer"]
+    return events
+
+
 async def _stream_graph(graph: Any, run: _Run, config: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
     """Run a compiled graph, recording results as nodes finish and yielding node events."""
     async for mode, chunk in graph.astream(
         {"question": run.question}, config=config, stream_mode=["tasks", "updates"]
     ):
-        if mode == "tasks":
-            if "result" not in chunk and "error" not in chunk:
-                yield {"type": "node_start", "node": chunk["name"]}
-            continue
-        for update in (chunk or {}).values():
-            if not isinstance(update, Mapping):
-                continue
-            for done_id, result in (update.get("results") or {}).items():
-                run.results[done_id] = result
-                yield {"type": "node_end", "node": done_id, "agent": result.agent, "answer": result.answer}
-            if "final_answer" in update:
-                run.answer = update["final_answer"]
+        for event in _node_events(run, mode, chunk):
+            yield event
 
 
 async def execute_spec(

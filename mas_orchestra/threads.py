@@ -20,7 +20,7 @@ from agents.base import AgentResult
 from mas_orchestra.compile import NodeExecutionError
 from mas_orchestra.errors import CheckpointError, ThreadMismatchError
 from mas_orchestra.pipeline import build_pipeline, setup_of
-from mas_orchestra.runtime import _NO_RESUME, Status, _Run
+from mas_orchestra.runtime import _NO_RESUME, Status, _node_events, _Run
 from mas_orchestra.spec import spec_from_data
 
 if TYPE_CHECKING:
@@ -215,16 +215,8 @@ async def _stream(
             command, config, stream_mode=["updates", "tasks"], subgraphs=True, durability="sync"
         ):
             if namespace:  # the spec subgraph inside execute: node events
-                if mode == "tasks":
-                    if "result" not in chunk and "error" not in chunk:
-                        yield {"type": "node_start", "node": chunk["name"]}
-                    continue
-                for update in (chunk or {}).values():
-                    if not isinstance(update, Mapping):
-                        continue
-                    for done_id, result in (update.get("results") or {}).items():
-                        run.results[done_id] = result
-                        yield {"type": "node_end", "node": done_id, "agent": result.agent, "answer": result.answer}
+                for event in _node_events(run, mode, chunk):
+                    yield event
                 continue
             if mode != "updates":
                 continue

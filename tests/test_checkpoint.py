@@ -12,9 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from pydantic import PrivateAttr
 
 from agents import AgentResult
 from mas_orchestra import GraphSpec, compile_spec
@@ -30,6 +28,7 @@ from mas_orchestra.compile import NodeExecutionError
 from mas_orchestra.errors import CheckpointError, MissingExtraError, ThreadMismatchError
 from mas_orchestra.spec import spec_from_data
 from mas_orchestra.testing import ScriptedChatModel, cot_reply
+from tests.step_models import StepModel
 
 REPO = Path(__file__).resolve().parents[1]
 pytest.importorskip("langgraph.checkpoint.sqlite")
@@ -41,28 +40,6 @@ def chain(n: int = 4) -> GraphSpec:
     nodes += [{"id": f"S{i}", "agent": "cot", "input": f"step {i} after ${{S{i - 1}}}"} for i in range(1, n)]
     edges = [{"source": f"S{i - 1}", "target": f"S{i}"} for i in range(1, n)]
     return spec_from_data({"nodes": nodes, "edges": edges})
-
-
-class StepModel(ScriptedChatModel):
-    """Answers 'answer-<i>' for the prompt of step i; raises once on the steps in ``fail_once``."""
-
-    fail_once: set[int] = set()  # noqa: RUF012 - pydantic copies defaults
-    _seen: list[int] = PrivateAttr(default_factory=list)
-    _failed: set[int] = PrivateAttr(default_factory=set)
-
-    def _next_reply(self, messages: list[BaseMessage], index: int) -> object:
-        text = str(messages[-1].content)
-        step = int(text.split("Current sub-task: step ")[1].split()[0]) if "sub-task: step" in text else -1
-        with self._lock:
-            self._seen.append(step)
-            if step in self.fail_once and step not in self._failed:
-                self._failed.add(step)
-                return ValueError(f"injected failure at step {step}")
-        return cot_reply(f"answer-{step}")
-
-    @property
-    def steps(self) -> list[int]:
-        return list(self._seen)
 
 
 def thread(tid: str) -> dict:

@@ -14,7 +14,8 @@ from mas_orchestra.cli import main
 from mas_orchestra.errors import CheckpointError, ThreadMismatchError
 from mas_orchestra.runtime import Orchestra, Status
 from mas_orchestra.spec import spec_from_data
-from mas_orchestra.testing import ScriptedChatModel, cot_reply
+from mas_orchestra.testing import ScriptedChatModel
+from tests.step_models import StepModel
 
 pytest.importorskip("langgraph.checkpoint.sqlite")
 
@@ -25,41 +26,19 @@ CHAIN = spec_from_data({
 }).to_xml()
 
 
-class Steps(ScriptedChatModel):
-    """Sub-agent: 'answer-<i>' for step i; fails once on the steps in ``fail_once``; records the steps asked."""
-
-    fail_once: set[int] = set()  # noqa: RUF012
-    _seen: list[int] = PrivateAttr(default_factory=list)
-    _failed: set[int] = PrivateAttr(default_factory=set)
-
-    def _next_reply(self, messages: list[BaseMessage], index: int) -> object:
-        text = str(messages[-1].content)
-        step = int(text.split("Current sub-task: step ")[1].split()[0]) if "sub-task: step" in text else -1
-        with self._lock:
-            self._seen.append(step)
-            if step in self.fail_once and step not in self._failed:
-                self._failed.add(step)
-                return ValueError(f"injected failure at step {step}")
-        return cot_reply(f"answer-{step}")
-
-    @property
-    def steps(self) -> list[int]:
-        return list(self._seen)
-
-
 def orchestrator(text: str = CHAIN) -> ScriptedChatModel:
     return ScriptedChatModel(replies=[text], model_name="orch")
 
 
-def make(sub=None, orch=None, **kw) -> tuple[Orchestra, ScriptedChatModel, Steps]:
+def make(sub=None, orch=None, **kw) -> tuple[Orchestra, ScriptedChatModel, StepModel]:
     orch = orch or orchestrator()
-    sub = sub or Steps(model_name="sub")
+    sub = sub or StepModel(model_name="sub")
     kw.setdefault("checkpointer", memory_checkpointer())
     return Orchestra(orch, sub, max_retries=0, **kw), orch, sub
 
 
 async def test_a_failed_run_resumes_without_reorchestrating_or_recalling_finished_nodes():
-    orchestra, orch, sub = make(Steps(model_name="sub", fail_once={2}))
+    orchestra, orch, sub = make(StepModel(model_name="sub", fail_once={2}))
     first = await orchestra.arun("q", thread_id="t")
     assert first.status is Status.EXEC_ERROR and first.failed_node == "S2" and first.thread_id == "t"
     assert sorted(first.node_results) == ["S0", "S1"]  # read back from the checkpoint
@@ -76,7 +55,7 @@ async def test_a_failed_run_resumes_without_reorchestrating_or_recalling_finishe
 
 
 async def test_timed_out_run_resumes_where_it_stopped():
-    sub = Steps(model_name="sub", delay=0.2)
+    sub = StepModel(model_name="sub", delay=0.2)
     orchestra, orch, _ = make(sub, timeout=0.5)
     first = await orchestra.arun("q", thread_id="slow")
     assert first.status is Status.TIMEOUT and first.thread_id == "slow"
@@ -102,10 +81,10 @@ async def test_a_new_thread_id_is_made_when_none_is_given_and_streams_node_event
 @pytest.mark.parametrize("change", ["question", "subagent", "dom"])
 async def test_resuming_with_another_question_or_model_set_names_the_thread_and_difference(change):
     saver = memory_checkpointer()
-    orchestra, orch, _ = make(Steps(model_name="sub", fail_once={1}), checkpointer=saver)
+    orchestra, orch, _ = make(StepModel(model_name="sub", fail_once={1}), checkpointer=saver)
     await orchestra.arun("q", thread_id="t")
     question = "another q" if change == "question" else "q"
-    sub = Steps(model_name="other-sub" if change == "subagent" else "sub")
+    sub = StepModel(model_name="other-sub" if change == "subagent" else "sub")
     other = Orchestra(orch, sub, dom="low" if change == "dom" else "high", checkpointer=saver)
     with pytest.raises(ThreadMismatchError) as info:
         await other.arun(question, thread_id="t")
@@ -118,7 +97,7 @@ async def test_fork_keeps_the_orchestration_and_reruns_the_nodes_on_new_models()
     saver = memory_checkpointer()
     orchestra, orch, _ = make(checkpointer=saver)
     assert (await orchestra.arun("q", thread_id="base")).ok
-    new_sub = Steps(model_name="new-sub")
+    new_sub = StepModel(model_name="new-sub")
     fork = Orchestra(orch, new_sub, checkpointer=saver)
     out = await fork.arun("q", thread_id="base-2", fork_from="base")
     assert out.ok and out.thread_id == "base-2" and orch.calls == 1 and new_sub.steps == [0, 1, 2, 3]
@@ -168,9 +147,9 @@ async def test_reject_ends_the_thread_without_running_it():
 
 def test_thread_arguments_need_a_checkpointer():
     with pytest.raises(ValueError, match="needs a checkpointer"):
-        Orchestra(orchestrator(), Steps(), interrupt_before_execute=True)
+        Orchestra(orchestrator(), StepModel(), interrupt_before_execute=True)
     with pytest.raises(ValueError, match="need Orchestra\\(checkpointer"):
-        Orchestra(orchestrator(), Steps()).run("q", thread_id="t")
+        Orchestra(orchestrator(), StepModel()).run("q", thread_id="t")
 
 
 # -- SQLite file as checkpointer, and the CLI ------------------------------------------------------------
@@ -178,9 +157,9 @@ def test_thread_arguments_need_a_checkpointer():
 
 def test_sqlite_path_checkpointer_survives_a_new_orchestra(tmp_path):
     db = tmp_path / "runs.sqlite"
-    first = Orchestra(orchestrator(), Steps(model_name="sub", fail_once={3}), checkpointer=db, max_retries=0)
+    first = Orchestra(orchestrator(), StepModel(model_name="sub", fail_once={3}), checkpointer=db, max_retries=0)
     assert first.run("q", thread_id="t").status is Status.EXEC_ERROR
-    orch, sub = orchestrator(), Steps(model_name="sub")
+    orch, sub = orchestrator(), StepModel(model_name="sub")
     out = Orchestra(orch, sub, checkpointer=str(db), max_retries=0).run("q", thread_id="t")
     assert out.ok and orch.calls == 0 and sub.steps == [3]
 
@@ -189,7 +168,7 @@ def test_corrupt_database_is_a_checkpoint_error_naming_the_file(tmp_path):
     db = tmp_path / "runs.sqlite"
     db.write_bytes(b"garbage" * 100)
     with pytest.raises(CheckpointError, match=r"runs\.sqlite"):
-        Orchestra(orchestrator(), Steps(), checkpointer=db).run("q", thread_id="t")
+        Orchestra(orchestrator(), StepModel(), checkpointer=db).run("q", thread_id="t")
     assert db.read_bytes() == b"garbage" * 100
 
 
@@ -200,8 +179,8 @@ def cli_orchestrator() -> ScriptedChatModel:
     return orchestrator()
 
 
-def cli_subagent() -> Steps:
-    return Steps(model_name="sub")
+def cli_subagent() -> StepModel:
+    return StepModel(model_name="sub")
 
 
 def test_cli_thread_approve_resume_and_mismatch(tmp_path, capsys):
@@ -224,7 +203,7 @@ def test_cli_thread_approve_resume_and_mismatch(tmp_path, capsys):
     assert forked["thread_id"] == "c1-b" and forked["usage"]["orchestrator_calls"] == 0
 
 
-class LocksTheDatabase(Steps):
+class LocksTheDatabase(StepModel):
     """A sub-agent that, when asked step 2, lets another connection take the database's write lock."""
 
     db: str = ""
@@ -255,7 +234,7 @@ def test_database_locked_mid_run_is_a_checkpoint_error_and_the_thread_resumes_af
         assert str(db) in str(info.value)
     finally:
         sub.release()
-    orch, again = orchestrator(), Steps(model_name="sub")
+    orch, again = orchestrator(), StepModel(model_name="sub")
     out = Orchestra(orch, again, checkpointer=db, max_retries=0).run("q", thread_id="t")
     assert out.ok and out.answer == "answer-3" and orch.calls == 0
     assert 0 not in again.steps and 1 not in again.steps  # S0 and S1 were kept in the checkpoint
