@@ -25,6 +25,8 @@ SCRIPTS = {
     "rollouts": ("benchmarks/rollout_bench.py", ["--quick"], []),
     "eval": ("benchmarks/eval_overhead.py", ["--questions", "200", "--repeats", "3"], []),
     "masbench": ("benchmarks/masbench_speed.py", [], []),
+    # grammar compile times only with --quick; the full run decodes 5 + 5 questions per DoM on the embedded model
+    "constrained": ("benchmarks/constrained_decoding.py", ["--compile-only", "--caps", "1,2,4,8"], ["--n", "5"]),
 }
 KEY_COLUMNS = ("wall_s", "critical_path_s", "sequential_s", "speedup_vs_sequential", "ours_us", "bare_langgraph_us",
                "parse_xml_ms", "validate_ms", "compile_ms", "us_per_node", "added_us_per_node", "added_ms_per_run")
