@@ -18,7 +18,6 @@ asked for explicitly (``fallback=True``), which logs a warning. Nothing here imp
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -28,6 +27,8 @@ from langchain_core.runnables import Runnable
 from mas_orchestra.errors import ConstrainedDecodingError
 from mas_orchestra.grammar import (
     EDGE_MARKER,
+    REPLY_CLOSE,
+    REPLY_END,
     GrammarLimits,
     agent_markup_chars,
     agent_stage_grammar,
@@ -36,6 +37,7 @@ from mas_orchestra.grammar import (
     edges_chars,
     orchestration_grammar,
     orchestration_json_schema,
+    reply_closing_grammar,
     reply_grammar,
     reply_json_schema,
     thinking_grammar,
@@ -202,22 +204,20 @@ class ReplyConstraint(OutputConstraint):
 
     def reserve_tokens(self, max_tokens: int | None) -> int:
         # Counted at one token per character, markup included: the closing fits however it is tokenized.
-        return 0 if max_tokens is None else self._answer_chars(max_tokens) + len(_CLOSE) + len(_END) + 2
+        return 0 if max_tokens is None else self._answer_chars(max_tokens) + len(REPLY_CLOSE) + len(REPLY_END) + 2
 
     def closing_grammar(self, text: str, remaining: int) -> str | None:
         if "</thinking>" in text or not text.startswith("<thinking>"):
             return None  # already answering (its length is bounded), or not started: nothing to cut
         # The text may end inside the closing tag ("…</thin"): continue the tag rather than restart it.
-        keep = next((n for n in range(len(_CLOSE), 0, -1) if text.endswith(_CLOSE[:n])), 0)
-        chars = max(1, min(self.answer_chars, remaining - (len(_CLOSE) - keep) - len(_END) - 1))
-        return f'root ::= {json.dumps(_CLOSE[keep:])} [^<\\n\\t ] [^<]{{0,{chars - 1}}} "</answer>"\n'
+        keep = next((n for n in range(len(REPLY_CLOSE), 0, -1) if text.endswith(REPLY_CLOSE[:n])), 0)
+        chars = max(1, min(self.answer_chars, remaining - (len(REPLY_CLOSE) - keep) - len(REPLY_END) - 1))
+        return f"root ::= {reply_closing_grammar(REPLY_CLOSE[keep:], chars)}\n"
 
     def json_schema(self) -> dict[str, Any]:
         return reply_json_schema()
 
 
-_CLOSE = "</thinking>\n<answer>"
-_END = "</answer>"
 
 
 def structured_output_backend(model: Any) -> Backend | None:

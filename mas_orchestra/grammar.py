@@ -48,6 +48,8 @@ from mas_orchestra.spec import MAX_NODES
 
 __all__ = [
     "EDGE_MARKER",
+    "REPLY_CLOSE",
+    "REPLY_END",
     "GrammarLimits",
     "agent_id",
     "agent_markup_chars",
@@ -58,6 +60,7 @@ __all__ = [
     "orchestration_grammar",
     "orchestration_json_schema",
     "references_by_agent",
+    "reply_closing_grammar",
     "reply_grammar",
     "reply_json_schema",
     "thinking_grammar",
@@ -477,14 +480,22 @@ def edge_grammar(agents_text: str) -> str:
 # -- sub-agent replies -----------------------------------------------------------------------------------
 
 
+#: Between the reasoning and the answer of a sub-agent reply, and after the answer.
+REPLY_CLOSE = "</thinking>\n<answer>"
+REPLY_END = "</answer>"
+
+
 def reply_grammar(thinking_chars: int = 600, answer_chars: int = 200) -> str:
     """EBNF of the sub-agent reply contract ``<thinking>…</thinking>`` + non-empty ``<answer>…</answer>``."""
     if thinking_chars < 1 or answer_chars < 1:
         raise ValueError("thinking_chars and answer_chars must be >= 1")
-    return (
-        f'root ::= "<thinking>" {_text(thinking_chars)} "</thinking>\\n<answer>" '
-        f'{_text(answer_chars, first_nonspace=True)} "</answer>"\n'
-    )
+    return f'root ::= "<thinking>" {_text(thinking_chars)} {reply_closing_grammar(REPLY_CLOSE, answer_chars)}\n'
+
+
+def reply_closing_grammar(close: str, answer_chars: int) -> str:
+    """The end of a reply from inside the reasoning: ``close`` (the rest of :data:`REPLY_CLOSE`), a non-empty
+    answer of at most ``answer_chars`` characters and :data:`REPLY_END` (an expression, no rule name)."""
+    return f"{_lit(close)} {_text(answer_chars, first_nonspace=True)} {_lit(REPLY_END)}"
 
 
 def reply_json_schema() -> dict[str, Any]:
