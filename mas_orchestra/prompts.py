@@ -12,7 +12,7 @@ from importlib import resources
 from string import Template
 from typing import Literal
 
-from mas_orchestra.registry import AgentKind, AgentRegistry, default_registry
+from mas_orchestra.registry import BASELINE_DEBATE_ROLES, AgentKind, AgentRegistry, default_registry
 from mas_orchestra.spec import GraphSpec, spec_from_data
 
 __all__ = ["describe_agents", "orchestrator_messages", "orchestrator_prompt"]
@@ -46,27 +46,69 @@ def describe_agents(registry: AgentRegistry | None = None) -> str:
     return "\n\n".join(_describe(k) for k in (registry or default_registry).kinds())
 
 
+#: Values for required parameters of built-in kinds when they appear in the example.
+_EXAMPLE_PARAMS: dict[str, dict[str, object]] = {"debate": {"roles": list(BASELINE_DEBATE_ROLES)}}
+
+
+def _example_kind(registry: AgentRegistry, *preferred: str) -> AgentKind:
+    """The first of ``preferred`` that is offered and needs no arguments, else the first offered kind that
+    needs none.
+
+    The example must only name offered kinds: a model copies it, and an example agent that is not offered
+    makes the copied orchestration invalid.
+    """
+    def usable(kind: AgentKind) -> bool:
+        required = {n for n, f in kind.params.model_fields.items() if f.is_required()}
+        return not kind.needs_search and required <= set(_EXAMPLE_PARAMS.get(kind.name, {}))
+
+    for name in preferred:
+        if name in registry and usable(registry.get(name)):
+            return registry.get(name)
+    for kind in registry.kinds():
+        if usable(kind):
+            return kind
+    raise ValueError(
+        "no offered agent kind can appear in the prompt's example: every kind needs a search backend or has "
+        f"required parameters (offered: {', '.join(registry.block_names())})"
+    )
+
+
 def _example(dom: str, registry: AgentRegistry) -> str:
     if dom == "low":
+        solver = _example_kind(registry, "reflexion", "cot")
+        node: dict[str, object] = {"id": "A1", "agent": solver.name, "description": "Solve and self-check", "input": ""}
+        if solver.name in _EXAMPLE_PARAMS:
+            node["params"] = _EXAMPLE_PARAMS[solver.name]
         spec: GraphSpec = spec_from_data(
             {
                 "thinking": "The task needs careful multi-step reasoning, so I delegate it whole.",
                 "dom": "low",
-                "nodes": [{"id": "A1", "agent": "reflexion", "description": "Solve and self-check", "input": ""}],
+                "nodes": [node],
             },
             registry=registry,
         )
     else:
+        first = _example_kind(registry, "cot")
+        second = _example_kind(registry, "sc", "cot")
+        combine = _example_kind(registry, "cot")
+        second_node: dict[str, object] = {
+            "id": "A2", "agent": second.name, "description": "Second part", "input": "Solve the second part.",
+        }
+        if second.name == "sc":
+            second_node["params"] = {"samples": 3}
+        nodes: list[dict[str, object]] = [
+            {"id": "A1", "agent": first.name, "description": "First part", "input": "Solve the first part."},
+            second_node,
+            {"id": "A3", "agent": combine.name, "description": "Combine",
+             "input": "Combine ${A1} and ${A2} into the final answer."},
+        ]
+        for item in nodes:
+            if item["agent"] in _EXAMPLE_PARAMS and "params" not in item:
+                item["params"] = _EXAMPLE_PARAMS[str(item["agent"])]
         spec = spec_from_data(
             {
                 "thinking": "Two independent parts; solve them separately, then combine.",
-                "nodes": [
-                    {"id": "A1", "agent": "cot", "description": "First part", "input": "Solve the first part."},
-                    {"id": "A2", "agent": "sc", "description": "Second part", "input": "Solve the second part.",
-                     "params": {"samples": 3}},
-                    {"id": "A3", "agent": "cot", "description": "Combine",
-                     "input": "Combine ${A1} and ${A2} into the final answer."},
-                ],
+                "nodes": nodes,
                 "edges": [{"source": "A1", "target": "A3"}, {"source": "A2", "target": "A3"}],
             },
             registry=registry,
