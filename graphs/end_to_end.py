@@ -1,6 +1,6 @@
 """The end-to-end graph served by ``langgraph.json``: orchestrate → validate → approve → execute.
 
-It is :func:`mas_orchestra.pipeline.build_pipeline` (each step a checkpointed node; the spec runs as a
+It is :func:`mas_orchestra.runtime.pipeline.build_pipeline` (each step a checkpointed node; the spec runs as a
 checkpointed subgraph, so the server's thread state shows every node's result). Each run reads its
 setup from ``config["configurable"]``, falling back to environment variables:
 
@@ -24,8 +24,8 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
-from mas_orchestra.pipeline import PipelineState, build_pipeline
 from mas_orchestra.runtime import Orchestra
+from mas_orchestra.runtime.pipeline import PipelineState, build_pipeline
 
 __all__ = ["EndToEndState", "build_graph", "graph", "model_from_config", "orchestra_from_config"]
 

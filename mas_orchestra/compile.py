@@ -167,7 +167,7 @@ def compile_spec(
     ``with_retry`` for transient errors (time-outs, connection errors, rate limits, 5xx).
 
     ``checkpointer``: any LangGraph checkpointer (``InMemorySaver``, ``SqliteSaver``/``AsyncSqliteSaver``,
-    ``PostgresSaver``…; :mod:`mas_orchestra.checkpoint` builds ones with a serializer that allows our
+    ``PostgresSaver``…; :mod:`mas_orchestra.runtime.checkpoint` builds ones with a serializer that allows our
     types). Then invoke with ``config={"configurable": {"thread_id": …}}``: every superstep's node results
     are checkpointed, so ``graph.invoke(None, config)`` after a crash or error re-runs only the nodes that
     had not finished, and ``graph.get_state(config)`` / ``get_state_history`` show each node's result.

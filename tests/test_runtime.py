@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from agents.cot import CoTAgent
-from mas_orchestra import GraphSpec, SpecError, default_registry, pricing, register_agent
+from mas_orchestra import GraphSpec, SpecError, default_registry, register_agent
 from mas_orchestra.models import TransientModelError
 from mas_orchestra.registry import AgentRegistry
-from mas_orchestra.runtime import Orchestra, Outcome, Status, execute_spec
+from mas_orchestra.runtime import Orchestra, Outcome, Status, execute_spec, pricing
 from mas_orchestra.spec import spec_from_data
 from mas_orchestra.testing import ScriptedChatModel, cot_reply
 

@@ -47,12 +47,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from agents.base import message_text
+from mas_orchestra.bench.grading import VALID_KINDS, agrade
 from mas_orchestra.errors import SpecError
-from mas_orchestra.grading import VALID_KINDS, agrade
 from mas_orchestra.models import resolve_model
 from mas_orchestra.registry import AgentRegistry, offered_registry
 from mas_orchestra.runtime import Status, execute_spec
-from mas_orchestra.xml_format import parse_orchestration
+from mas_orchestra.spec import parse_orchestration
 
 __all__ = [
     "COST_METRICS",
@@ -402,7 +402,7 @@ def make_outcome_reward(
 
     ``subagent``: the model every sub-agent runs on (a chat model or a model string, see
     :func:`mas_orchestra.models.resolve_model`). ``dom``: the degree of MAS the prompts asked for (the parser
-    mode). ``grader``: a :func:`mas_orchestra.grading.grade` kind. ``search``: a search backend for
+    mode). ``grader``: a :func:`mas_orchestra.bench.grading.grade` kind. ``search``: a search backend for
     WebSearchAgent nodes (without one the agent is not offered, see :func:`orchestra_registry`).
     ``max_concurrency``: multi-agent systems executed at once across the batch (the paper ran 128).
     ``timeout``: seconds one MAS may run before it scores 0 as ``timeout``. Further keywords:
