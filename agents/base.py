@@ -33,6 +33,7 @@ __all__ = [
     "CallSettings",
     "ModelUsage",
     "ParsedReply",
+    "ReplyConstrainer",
     "SubAgentError",
     "SubAgentFormatError",
     "Usage",

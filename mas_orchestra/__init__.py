@@ -9,6 +9,7 @@ from mas_orchestra.errors import (
     SpecError,
 )
 from mas_orchestra.registry import AgentRegistry, default_registry, register_agent
+from mas_orchestra.settings import RunSettings
 from mas_orchestra.spec import AgentNode, Edge, GraphSpec, parse_orchestration, parse_spec
 from mas_orchestra.status import Status
 
@@ -24,6 +25,7 @@ __all__ = [
     "MissingExtraError",
     "Orchestra",
     "Outcome",
+    "RunSettings",
     "SpecError",
     "Status",
     "compile_spec",

@@ -61,7 +61,7 @@ async def test_timed_out_run_resumes_where_it_stopped():
     assert first.status is Status.TIMEOUT and first.thread_id == "slow"
     finished = [int(node[1:]) for node in first.finished_nodes]
     assert finished and len(finished) < 4
-    orchestra.timeout = None
+    orchestra.settings = orchestra.settings.model_copy(update={"timeout": None})
     resumed = await orchestra.arun("q", thread_id="slow")
     assert resumed.status is Status.OK and orch.calls == 1
     assert all(sub.steps.count(step) == 1 for step in finished)  # a finished node is never called again

@@ -26,6 +26,7 @@ from langchain_core.runnables import Runnable
 
 from mas_orchestra.errors import ConstrainedDecodingError
 from mas_orchestra.registry import AgentRegistry, default_registry
+from mas_orchestra.spec import Dom
 from mas_orchestra.spec.grammar import (
     EDGE_MARKER,
     REPLY_CLOSE,
@@ -115,7 +116,7 @@ class OrchestrationConstraint(OutputConstraint):
     """
 
     name: str = "orchestration"
-    dom: Literal["high", "low"] = "high"
+    dom: Dom = "high"
     registry: AgentRegistry = field(default_factory=lambda: default_registry)
     limits: GrammarLimits = field(default_factory=GrammarLimits)
 

@@ -8,12 +8,13 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agents.base import CallSettings
+from agents.base import ReplyConstrainer
 from mas_orchestra.compile import NodeExecutionError, compile_spec
 from mas_orchestra.errors import CompileError
 from mas_orchestra.models.constraints import ConstrainedSetting, constraint_mode, reply_constrainer
 from mas_orchestra.registry import AgentRegistry, default_registry
 from mas_orchestra.runtime.outcome import Outcome, RunRecord, node_events
+from mas_orchestra.settings import RunSettings
 from mas_orchestra.spec import GraphSpec
 from mas_orchestra.status import Status
 
@@ -31,8 +32,6 @@ async def stream_graph(graph: Any, run: RunRecord, config: dict[str, Any]) -> As
             yield event
 
 
-
-
 async def execute_spec(
     spec: GraphSpec,
     question: str,
@@ -40,31 +39,37 @@ async def execute_spec(
     model: Any,
     search: Any = None,
     registry: AgentRegistry | None = None,
+    settings: RunSettings | None = None,
     timeout: float | None = None,
-    max_retries: int = 3,
-    max_concurrency: int = 32,
+    max_retries: int | None = None,
+    max_concurrency: int | None = None,
     call_timeout: float | None = None,
-    retry_initial_delay: float = 1.0,
+    retry_initial_delay: float | None = None,
     orchestration: str = "",
     callbacks: list[Any] | None = None,
     constrained: ConstrainedSetting = None,
 ) -> Outcome:
     """Compile and run an already parsed spec; the outcome statuses are those of :class:`Orchestra`.
 
-    ``constrained`` decodes the sub-agents' replies under the reply grammar (see :class:`Orchestra`).
+    ``settings``: the run's bounds and retries (:class:`~mas_orchestra.settings.RunSettings`, default its
+    defaults); the keywords ``timeout``, ``max_retries``, ``max_concurrency``, ``call_timeout`` and
+    ``retry_initial_delay`` are still accepted and, when given, override the matching field. ``constrained``
+    decodes the sub-agents' replies under the reply grammar (see :class:`Orchestra`).
     """
+    settings = RunSettings.of(
+        settings, timeout=timeout, max_retries=max_retries, max_concurrency=max_concurrency,
+        call_timeout=call_timeout, retry_initial_delay=retry_initial_delay,
+    )
     run = RunRecord(question)
     run.spec, run.orchestration = spec, orchestration
     constrain = reply_constrainer(constraint_mode(constrained, model))
     events = execute_events(run, model=model, search=search, registry=registry or default_registry,
-                      max_retries=max_retries, max_concurrency=max_concurrency, call_timeout=call_timeout,
-                      retry_initial_delay=retry_initial_delay, callbacks=callbacks or [], constrain_reply=constrain)
-    return await drain(events, run, timeout)
-
-
+                            settings=settings, callbacks=callbacks or [], constrain_reply=constrain)
+    return await drain(events, run, settings.timeout)
 
 
 async def drain(events: AsyncIterator[dict[str, Any]], run: RunRecord, timeout: float | None) -> Outcome:
+    """The outcome event of ``events``, run to the end within ``timeout`` seconds."""
     last: Outcome | None = None
     async for event in with_deadline(events, run, timeout):
         if event["type"] == "outcome":
@@ -73,11 +78,10 @@ async def drain(events: AsyncIterator[dict[str, Any]], run: RunRecord, timeout: 
     return last
 
 
-
-
 async def with_deadline(
     events: AsyncIterator[dict[str, Any]], run: RunRecord, timeout: float | None
 ) -> AsyncIterator[dict[str, Any]]:
+    """``events`` until ``timeout`` seconds have passed; then a ``timeout`` outcome naming the finished nodes."""
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     iterator = events.__aiter__()
@@ -101,15 +105,11 @@ async def with_deadline(
         yield event
 
 
-
-
 async def _close(iterator: Any) -> None:
     aclose = getattr(iterator, "aclose", None)
     if aclose is not None:
         with contextlib.suppress(RuntimeError, asyncio.CancelledError):  # already finalised by the cancellation
             await aclose()
-
-
 
 
 async def execute_events(
@@ -118,20 +118,17 @@ async def execute_events(
     model: Any,
     search: Any,
     registry: AgentRegistry,
-    max_retries: int,
-    max_concurrency: int,
-    call_timeout: float | None,
-    retry_initial_delay: float,
+    settings: RunSettings,
     callbacks: list[Any],
     parent: Any = None,
-    constrain_reply: Any = None,
+    constrain_reply: ReplyConstrainer | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
+    """Compile ``run.spec`` with ``settings`` and run it, recording results in ``run``; the last event is the
+    outcome (a compile error is one too). The run's deadline is the caller's (see :func:`with_deadline`)."""
     assert run.spec is not None
     try:
-        settings = CallSettings(call_timeout=call_timeout, constrain_reply=constrain_reply)
         graph = compile_spec(
-            run.spec, model, search=search, registry=registry, settings=settings,
-            max_concurrency=max_concurrency, max_retries=max_retries, retry_initial_delay=retry_initial_delay,
+            run.spec, model, search=search, registry=registry, settings=settings, constrain_reply=constrain_reply
         )
     except CompileError as exc:
         yield {"type": "outcome", "outcome": run.outcome(Status.COMPILE_ERROR, error=str(exc))}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Any
 
 from langchain_core.callbacks.manager import AsyncCallbackManager
 from langchain_core.messages import HumanMessage
@@ -32,7 +32,8 @@ from mas_orchestra.runtime.execute import execute_events, with_deadline
 from mas_orchestra.runtime.outcome import Outcome, RunRecord
 from mas_orchestra.runtime.threads import NO_RESUME, thread_events
 from mas_orchestra.runtime.usage import ORCHESTRATOR_TAG
-from mas_orchestra.spec import GraphSpec, parse_orchestration
+from mas_orchestra.settings import RunSettings
+from mas_orchestra.spec import Dom, GraphSpec, check_dom, parse_orchestration
 from mas_orchestra.spec.grammar import GrammarLimits
 from mas_orchestra.status import Status
 
@@ -52,11 +53,13 @@ class Orchestra:
     string (``embedded``, ``openai:gpt-4o-mini``, ``vllm:<model>@<url>``, ``hf:<path>``,
     ``python:module:attr``…). ``dom``: ``high`` (any DAG) or ``low`` (answer directly or delegate to
     one agent). ``search``: a search backend for WebSearchAgent nodes (without one, the orchestrator
-    is not offered that agent). ``timeout`` bounds a whole run in seconds; ``call_timeout`` one
-    sub-agent call. ``max_retries``: transient model errors are retried with exponential backoff and
-    jitter. ``max_concurrency`` bounds model calls in flight; ``requests_per_second`` rate-limits
-    API models given as strings (LangChain's ``InMemoryRateLimiter``). ``agents`` restricts the
-    agent kinds offered (names or aliases).
+    is not offered that agent). ``settings``: the bounds and retries of every run, a
+    :class:`~mas_orchestra.settings.RunSettings` passed whole (default: its defaults); the keywords
+    ``timeout`` (a whole run, seconds), ``call_timeout`` (one sub-agent call), ``max_retries`` (transient
+    model errors, retried with exponential backoff and jitter from ``retry_initial_delay``) and
+    ``max_concurrency`` (model calls in flight) are still accepted and, when given, override the matching
+    field; the result is ``self.settings``. ``requests_per_second`` rate-limits API models given as strings
+    (LangChain's ``InMemoryRateLimiter``). ``agents`` restricts the agent kinds offered (names or aliases).
 
     ``constrained``: decode the orchestration and the sub-agent replies under grammars generated from the
     registry, so that the orchestration always parses and validates and replies always parse
@@ -78,47 +81,38 @@ class Orchestra:
         self,
         orchestrator: Any = "embedded",
         subagent: Any = "embedded",
-        dom: Literal["high", "low"] = "high",
+        dom: Dom = "high",
         *,
         search: Any = None,
-        max_retries: int = 3,
+        settings: RunSettings | None = None,
+        max_retries: int | None = None,
         timeout: float | None = None,
         call_timeout: float | None = None,
-        max_concurrency: int = 32,
+        max_concurrency: int | None = None,
         agents: list[str] | None = None,
         registry: AgentRegistry | None = None,
         checkpointer: Any = None,
         interrupt_before_execute: bool = False,
         orchestrator_temperature: float | None = None,
         orchestrator_max_tokens: int | None = None,
-        retry_initial_delay: float = 1.0,
+        retry_initial_delay: float | None = None,
         requests_per_second: float | None = None,
         constrained: ConstrainedSetting = None,
         grammar_limits: GrammarLimits | None = None,
     ) -> None:
-        if dom not in ("high", "low"):
-            raise ValueError(f"dom must be 'high' or 'low', got {dom!r}")
-        for name, value in (("timeout", timeout), ("call_timeout", call_timeout)):
-            if value is not None and (not isinstance(value, (int, float)) or value <= 0):
-                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
-        if not isinstance(max_retries, int) or max_retries < 0:
-            raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
-        if not isinstance(max_concurrency, int) or max_concurrency < 1:
-            raise ValueError(f"max_concurrency must be an int >= 1, got {max_concurrency!r}")
-        self.dom = dom
+        self.dom: Dom = check_dom(dom)
+        self.settings = RunSettings.of(
+            settings, timeout=timeout, call_timeout=call_timeout, max_retries=max_retries,
+            max_concurrency=max_concurrency, retry_initial_delay=retry_initial_delay,
+        )
         self.search = search
-        self.max_retries = max_retries
-        self.timeout = timeout
-        self.call_timeout = call_timeout
-        self.max_concurrency = max_concurrency
-        self.retry_initial_delay = retry_initial_delay
         if interrupt_before_execute and checkpointer is None:
             raise ValueError("interrupt_before_execute=True needs a checkpointer (e.g. checkpointer='runs.sqlite')")
         self.checkpointer = checkpointer
         self.interrupt_before_execute = interrupt_before_execute
         self.registry = offered_registry(registry, search=search, agents=agents)
         # Model strings get the per-call timeout and the rate limiter at the HTTP client level.
-        resolve = {"timeout": call_timeout, "requests_per_second": requests_per_second}
+        resolve = {"timeout": self.settings.call_timeout, "requests_per_second": requests_per_second}
         self.orchestrator: Runnable = resolve_model(orchestrator, **resolve)
         self.subagent: Runnable = (
             self.orchestrator if subagent is orchestrator else resolve_model(subagent, **resolve)
@@ -156,7 +150,9 @@ class Orchestra:
     async def aorchestrate(self, question: str, *, callbacks: Any = None) -> str:
         """Only the orchestrator call: the raw orchestration text."""
         check_question(question)
-        model = with_transient_retry(self._orchestrator_call, self.max_retries, initial_delay=self.retry_initial_delay)
+        model = with_transient_retry(
+            self._orchestrator_call, self.settings.max_retries, initial_delay=self.settings.retry_initial_delay
+        )
         config: RunnableConfig = {"callbacks": callbacks, "tags": [ORCHESTRATOR_TAG], "run_name": "orchestrator"}
         reply = await model.ainvoke([HumanMessage(content=self.prompt(question))], config, **self._orchestrator_kwargs)
         return message_text(reply)
@@ -223,7 +219,7 @@ class Orchestra:
                 self._thread_events(run, root.get_child(), thread_id, resume, fork_from)
                 if durable else self._events(run, root.get_child())
             )
-            async for event in with_deadline(events, run, self.timeout):
+            async for event in with_deadline(events, run, self.settings.timeout):
                 if event["type"] == "outcome":
                     final = event["outcome"]
                 yield event
@@ -264,10 +260,8 @@ class Orchestra:
             return
         yield {"type": "spec", "spec": run.spec}
         async for event in execute_events(
-            run, model=self.subagent, search=self.search, registry=self.registry, max_retries=self.max_retries,
-            max_concurrency=self.max_concurrency, call_timeout=self.call_timeout,
-            retry_initial_delay=self.retry_initial_delay, callbacks=[], parent=child,
-            constrain_reply=self.constrain_reply,
+            run, model=self.subagent, search=self.search, registry=self.registry, settings=self.settings,
+            callbacks=[], parent=child, constrain_reply=self.constrain_reply,
         ):
             yield event
 

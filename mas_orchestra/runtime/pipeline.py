@@ -26,7 +26,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import interrupt
 
-from agents.base import AgentResult, CallSettings, Usage, model_name_of
+from agents.base import AgentResult, Usage, model_name_of
 from mas_orchestra.compile import compile_spec
 from mas_orchestra.errors import CompileError, SpecError
 from mas_orchestra.spec import GraphSpec, spec_from_data
@@ -191,15 +191,15 @@ def build_pipeline(
         try:
             graph = compile_spec(
                 spec, orchestra.subagent, search=orchestra.search, registry=orchestra.registry,
-                settings=CallSettings(call_timeout=orchestra.call_timeout, constrain_reply=orchestra.constrain_reply),
-                max_concurrency=orchestra.max_concurrency, max_retries=orchestra.max_retries,
-                retry_initial_delay=orchestra.retry_initial_delay,
+                settings=orchestra.settings, constrain_reply=orchestra.constrain_reply,
             )
         except CompileError as exc:
             return {"status": "compile_error", "error": str(exc)}
         # The spec graph runs as a subgraph: it inherits this thread's checkpointer (its own namespace), and
         # the bounds it was compiled with must win over the parent's (e.g. recursion_limit 25).
-        inner = patch_config(config, recursion_limit=len(spec.nodes) + 10, max_concurrency=orchestra.max_concurrency)
+        inner = patch_config(
+            config, recursion_limit=len(spec.nodes) + 10, max_concurrency=orchestra.settings.max_concurrency
+        )
         # A failing node raises (NodeExecutionError): the finished nodes stay checkpointed for a resume.
         out = await graph.ainvoke({"question": state["question"]}, inner)
         results = {

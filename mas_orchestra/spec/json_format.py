@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any
 
 from mas_orchestra.errors import SpecError
-from mas_orchestra.spec.limits import MAX_TEXT_CHARS
+from mas_orchestra.spec.limits import MAX_TEXT_CHARS, Dom
 
 __all__ = ["read_json_spec"]
 
 
-def read_json_spec(text: str | bytes, *, dom: Literal["high", "low"] | None = None) -> Any:
+def read_json_spec(text: str | bytes, *, dom: Dom | None = None) -> Any:
     """The decoded JSON of a spec text; ``dom`` fills in the DoM of an object that states none.
 
     Raises :class:`SpecError` for text over :data:`MAX_TEXT_CHARS` or invalid JSON; what the JSON holds is

@@ -15,12 +15,12 @@ import bisect
 import json
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from mas_orchestra.errors import SpecError
 from mas_orchestra.registry import AgentRegistry, default_registry
 from mas_orchestra.spec.json_format import read_json_spec
-from mas_orchestra.spec.limits import MAX_NODES, MAX_TEXT_CHARS
+from mas_orchestra.spec.limits import MAX_NODES, MAX_TEXT_CHARS, Dom
 
 if TYPE_CHECKING:
     from mas_orchestra.spec.model import GraphSpec
@@ -158,7 +158,7 @@ def _agent_block(doc: _Doc, lo: int, hi: int, registry: AgentRegistry, number: i
     return node
 
 
-def detect_dom(text: str) -> Literal["high", "low"]:
+def detect_dom(text: str) -> Dom:
     """Guess the DoM of orchestration text: low when it names an output id but no agent id."""
     lowered = text.lower()
     has_output = re.search(r"<\s*agent_output_id\s*>", lowered) is not None
@@ -167,7 +167,7 @@ def detect_dom(text: str) -> Literal["high", "low"]:
 
 
 def read_orchestration(
-    text: str, dom: Literal["high", "low"] = "high", *, registry: AgentRegistry | None = None
+    text: str, dom: Dom = "high", *, registry: AgentRegistry | None = None
 ) -> Any:
     """Read orchestration text (DESIGN §3) into the plain data of a spec (not yet validated).
 

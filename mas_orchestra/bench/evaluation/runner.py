@@ -38,6 +38,8 @@ from mas_orchestra.bench.evaluation.storage import (
 from mas_orchestra.bench.evaluation.summary import summarize
 from mas_orchestra.errors import MissingExtraError, install_command
 from mas_orchestra.registry import BASELINE_DEBATE_ROLES
+from mas_orchestra.settings import RunSettings
+from mas_orchestra.spec import check_dom
 
 __all__ = ["aevaluate", "evaluate"]
 
@@ -99,10 +101,8 @@ def _make_runner(
     dom: str,
     baseline: str | None,
     search: Any,
-    timeout: float | None,
+    settings: RunSettings,
     temperature: float | None,
-    max_retries: int,
-    call_timeout: float | None,
     models: _ModelCache,
     constrained: Any = None,
 ) -> Runner:
@@ -114,14 +114,13 @@ def _make_runner(
         spec = _baseline_spec(baseline, temperature)
 
         async def run_baseline(question: str) -> Any:
-            return await execute_spec(spec, question, model=sub_model, search=search, timeout=timeout,
-                                      max_retries=max_retries, call_timeout=call_timeout, constrained=constrained)
+            return await execute_spec(spec, question, model=sub_model, search=search, settings=settings,
+                                      constrained=constrained)
 
         return run_baseline
     orchestra = Orchestra(
         models(orchestrator), sub_model, dom,  # type: ignore[arg-type]
-        search=search, timeout=timeout, call_timeout=call_timeout, max_retries=max_retries,
-        orchestrator_temperature=temperature, constrained=constrained,
+        search=search, settings=settings, orchestrator_temperature=temperature, constrained=constrained,
     )
     return orchestra.arun
 
@@ -166,20 +165,19 @@ def _progress_bar(total: int, initial: int, enabled: bool) -> Any:
 
 
 def _check_arguments(
-    grader: str, dom: str, samples: int, concurrency: int, baseline: str | None, limit: int | None,
-    timeout: float | None, judge: Any,
+    grader: str, dom: str, samples: int, concurrency: int, baseline: str | None, limit: int | None, judge: Any,
 ) -> None:
     if grader not in GRADERS:
         raise EvalInputError(f"unknown grader {grader!r}; valid graders: {', '.join(GRADERS)}")
-    if dom not in ("high", "low"):
-        raise EvalInputError(f"dom must be 'high' or 'low', got {dom!r}")
+    try:
+        check_dom(dom)
+    except ValueError as exc:
+        raise EvalInputError(str(exc)) from None
     for name, value in (("samples", samples), ("concurrency", concurrency)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise EvalInputError(f"{name} must be an integer >= 1, got {value!r}")
     if limit is not None and (not isinstance(limit, int) or limit < 1):
         raise EvalInputError(f"limit must be an integer >= 1, got {limit!r}")
-    if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
-        raise EvalInputError(f"timeout must be a positive number of seconds, got {timeout!r}")
     if baseline is not None and baseline not in BASELINE_KINDS:
         raise EvalInputError(f"unknown baseline {baseline!r}; valid: {', '.join(BASELINE_KINDS)}")
     if grader == "judge" and judge is None:
@@ -207,11 +205,12 @@ async def aevaluate(
     limit: int | None = None,
     force: bool = False,
     data_name: str | None = None,
-    max_retries: int = 3,
+    max_retries: int | None = None,
     call_timeout: float | None = None,
     grade_timeout: float = 10.0,
     plot: bool = True,
     constrained: Any = None,
+    settings: RunSettings | None = None,
 ) -> dict[str, Any]:
     """Evaluate ``rows`` (a JSONL path or dicts) and return the summary (also written to ``out_dir``).
 
@@ -223,14 +222,20 @@ async def aevaluate(
     module docstring); ``force`` accepts a directory written with other identity arguments.
     ``data_name`` names in-memory rows in config.json (a path names itself). ``plot=False`` skips
     pareto.png. ``constrained``: constrained decoding of orchestrations and sub-agent replies, as
-    :class:`~mas_orchestra.runtime.Orchestra` takes it (None: on for local models).
+    :class:`~mas_orchestra.runtime.Orchestra` takes it (None: on for local models). ``settings``: the
+    bounds and retries of each run (:class:`~mas_orchestra.settings.RunSettings`); ``timeout``,
+    ``max_retries`` and ``call_timeout``, when given, override its fields.
 
     Raises :class:`EvalInputError` (bad rows/arguments, :class:`ConfigMismatchError`),
     ``MissingCredentialsError`` / ``MissingExtraError`` / ``ValueError`` from model or backend strings.
     A failing run or grading never raises: it is recorded in its line.
     """
     started = time.perf_counter()
-    _check_arguments(grader, dom, samples, concurrency, baseline, limit, timeout, judge)
+    _check_arguments(grader, dom, samples, concurrency, baseline, limit, judge)
+    try:
+        settings = RunSettings.of(settings, timeout=timeout, max_retries=max_retries, call_timeout=call_timeout)
+    except ValueError as exc:  # an eval reports every bad argument as EvalInputError (the CLI's exit 2)
+        raise EvalInputError(str(exc)) from None
     if baseline == "search" and search is None:
         raise EvalInputError("baseline 'search' needs a search backend: --search bm25:<corpus.jsonl>|ddg|tavily")
     if isinstance(rows, (str, os.PathLike)):
@@ -258,7 +263,7 @@ async def aevaluate(
         "limit": limit,
         "rows": len(plan_rows),
         "concurrency": concurrency,
-        "timeout": timeout,
+        "timeout": settings.timeout,
         "temperature": temperature,
         "constrained": constrained,
         "grade_timeout": grade_timeout,
@@ -280,9 +285,9 @@ async def aevaluate(
         if pending:
             await _run_pending(
                 pending, plan, done, results_path, orchestrator=orchestrator, subagent=subagent, dom=dom,
-                baseline=baseline, search=search, timeout=timeout, temperature=temperature,
-                max_retries=max_retries, call_timeout=call_timeout, concurrency=concurrency, grader=grader,
-                judge=judge, grade_timeout=grade_timeout, progress=progress, constrained=constrained,
+                baseline=baseline, search=search, settings=settings, temperature=temperature,
+                concurrency=concurrency, grader=grader, judge=judge, grade_timeout=grade_timeout,
+                progress=progress, constrained=constrained,
             )
         summary = summarize(read_results(results_path).values(), config=config,
                             elapsed_s=time.perf_counter() - started)
@@ -309,10 +314,8 @@ async def _run_pending(
     dom: str,
     baseline: str | None,
     search: Any,
-    timeout: float | None,
+    settings: RunSettings,
     temperature: float | None,
-    max_retries: int,
-    call_timeout: float | None,
     concurrency: int,
     grader: str,
     judge: Any,
@@ -329,9 +332,8 @@ async def _run_pending(
         search = make_backend(search)
     judge_model = models(judge) if grader == "judge" else None
     runner = _make_runner(
-        orchestrator=orchestrator, subagent=subagent, dom=dom, baseline=baseline, search=search, timeout=timeout,
-        temperature=temperature, max_retries=max_retries, call_timeout=call_timeout, models=models,
-        constrained=constrained,
+        orchestrator=orchestrator, subagent=subagent, dom=dom, baseline=baseline, search=search, settings=settings,
+        temperature=temperature, models=models, constrained=constrained,
     )
     deadline = grade_timeout + _GRADE_SLACK_S
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic.fields import FieldInfo
 
 from mas_orchestra.errors import GrammarError
 from mas_orchestra.registry import AgentKind, AgentRegistry
 from mas_orchestra.spec.grammar.ebnf import GrammarLimits, agent_id, offered_kinds
-from mas_orchestra.spec.limits import check_dom
+from mas_orchestra.spec.limits import Dom, check_dom
 
 __all__ = ["orchestration_json_schema"]
 
@@ -26,7 +26,7 @@ def _param_schema(kind: AgentKind, name: str, info: FieldInfo) -> dict[str, Any]
 
 
 def orchestration_json_schema(
-    dom: Literal["high", "low"] = "high", registry: AgentRegistry | None = None, limits: GrammarLimits | None = None
+    dom: Dom = "high", registry: AgentRegistry | None = None, limits: GrammarLimits | None = None
 ) -> dict[str, Any]:
     """A strict JSON schema (OpenAI ``response_format`` style) of our JSON spec form.
 

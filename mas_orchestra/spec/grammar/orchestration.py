@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import re
 import typing
-from typing import Literal
 
 from mas_orchestra.errors import GrammarError
 from mas_orchestra.registry import AgentKind, AgentRegistry
@@ -47,7 +46,7 @@ from mas_orchestra.spec.grammar.ebnf import (
     text_rule,
     unwrap_optional,
 )
-from mas_orchestra.spec.limits import check_dom
+from mas_orchestra.spec.limits import Dom, check_dom
 
 __all__ = [
     "EDGE_MARKER",
@@ -129,7 +128,7 @@ def _edge_rules(n: int, required: dict[int, set[int]] | None, prefix: str) -> tu
 
 
 def orchestration_grammar(
-    dom: Literal["high", "low"] = "high",
+    dom: Dom = "high",
     registry: AgentRegistry | None = None,
     limits: GrammarLimits | None = None,
 ) -> str:
@@ -181,7 +180,7 @@ def thinking_grammar(chars: int) -> str:
 
 def agent_stage_grammar(
     k: int,
-    dom: Literal["high", "low"],
+    dom: Dom,
     registry: AgentRegistry | None,
     limits: GrammarLimits,
     *,
@@ -210,7 +209,7 @@ def agent_stage_grammar(
     return "\n".join(rules) + "\n"
 
 
-def agent_markup_chars(k: int, dom: Literal["high", "low"], registry: AgentRegistry | None) -> int:
+def agent_markup_chars(k: int, dom: Dom, registry: AgentRegistry | None) -> int:
     """Characters of fixed markup of agent k at most (the longest block name, every parameter tag written)."""
     kinds = offered_kinds(registry)
     longest = 0
