@@ -15,26 +15,30 @@ import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import Runnable
 from langchain_core.runnables.config import ensure_config
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agents.errors import MasOrchestraError
 from agents.prompts import render
 
 __all__ = [
+    "DEFAULT_TEMPERATURE",
     "FORMAT_RETRY_TAG",
     "Agent",
     "AgentResult",
     "CallLimiter",
     "CallSettings",
     "ModelUsage",
+    "Params",
     "ParsedReply",
+    "ReplyConstrainer",
     "SubAgentError",
     "SubAgentFormatError",
+    "Temperature",
     "Usage",
     "ask",
     "bind_tools",
@@ -44,6 +48,8 @@ __all__ = [
 ]
 
 _ORIGINAL_FORMAT_RETRIES = 5
+#: Sampling temperature of every block call in the original system.
+DEFAULT_TEMPERATURE = 0.5
 #: Tag of a model call that re-asks after an unparseable reply (run accounting counts them).
 FORMAT_RETRY_TAG = "mas:format_retry"
 
@@ -124,6 +130,19 @@ class AgentResult(BaseModel):
 
     def __str__(self) -> str:
         return self.text()
+
+
+class Params(BaseModel):
+    """Base of a block's parameter model: the parameters a spec may set, with their defaults and bounds.
+
+    Each block declares its own (``CoTAgent.params_model`` …); the agent registry reads them, so the bounds
+    are the caps a spec may ask for. Unknown parameters are errors, not silently ignored.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+
+Temperature = Annotated[float, Field(ge=0.0, le=2.0, description="Sampling temperature.")]
 
 
 @dataclass(frozen=True)
@@ -386,6 +405,8 @@ class Agent:
     """
 
     kind: str = "agent"
+    #: The parameters a spec may set for this block (defaults and bounds), read by the agent registry.
+    params_model: ClassVar[type[Params]] = Params
 
     async def arun(self, task: str) -> AgentResult:
         raise NotImplementedError

@@ -4,10 +4,24 @@ from __future__ import annotations
 
 from langchain_core.runnables import Runnable
 
-from agents.base import Agent, AgentResult, CallSettings, ParsedReply, Usage, ask
+from agents.base import (
+    DEFAULT_TEMPERATURE,
+    Agent,
+    AgentResult,
+    CallSettings,
+    Params,
+    ParsedReply,
+    Temperature,
+    Usage,
+    ask,
+)
 from agents.prompts import render
 
-DEFAULT_TEMPERATURE = 0.5
+
+class CoTParams(Params):
+    """What a spec may set for a CoT node."""
+
+    temperature: Temperature = DEFAULT_TEMPERATURE
 
 
 async def cot_attempt(
@@ -21,6 +35,7 @@ class CoTAgent(Agent):
     """Answer a task with one step-by-step call."""
 
     kind = "cot"
+    params_model = CoTParams
 
     def __init__(
         self,

@@ -4,14 +4,38 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Annotated
 
 from langchain_core.runnables import Runnable
+from pydantic import Field, StringConstraints
 
-from agents.base import Agent, AgentResult, CallSettings, ParsedReply, Usage, ask
+from agents.base import (
+    DEFAULT_TEMPERATURE,
+    Agent,
+    AgentResult,
+    CallSettings,
+    Params,
+    ParsedReply,
+    Temperature,
+    Usage,
+    ask,
+)
 from agents.prompts import render
 
 DEFAULT_ROUNDS = 5
-DEFAULT_TEMPERATURE = 0.5
+#: The most debate rounds and debaters a spec may ask for.
+MAX_ROUNDS = 10
+MAX_ROLES = 8
+
+RoleText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+
+
+class DebateParams(Params):
+    """What a spec may set for a Debate node (the roles have no default: a spec names them)."""
+
+    roles: list[RoleText] = Field(..., min_length=2, max_length=MAX_ROLES, description="Debater roles, at least two.")
+    rounds: int = Field(DEFAULT_ROUNDS, ge=1, le=MAX_ROUNDS, description="Debate rounds before the judge decides.")
+    temperature: Temperature = DEFAULT_TEMPERATURE
 
 
 class DebateAgent(Agent):
@@ -22,6 +46,7 @@ class DebateAgent(Agent):
     """
 
     kind = "debate"
+    params_model = DebateParams
 
     def __init__(
         self,

@@ -5,14 +5,23 @@ from __future__ import annotations
 import re
 
 from langchain_core.runnables import Runnable
+from pydantic import Field
 
-from agents.base import Agent, AgentResult, CallSettings, Usage, ask
+from agents.base import DEFAULT_TEMPERATURE, Agent, AgentResult, CallSettings, Params, Temperature, Usage, ask
 from agents.cot import cot_attempt
 from agents.prompts import render
 
 DEFAULT_ROUNDS = 5
-DEFAULT_TEMPERATURE = 0.5
+#: The most critic/refine rounds a spec may ask for.
+MAX_ROUNDS = 10
 _TRUE_RE = re.compile(r"^\W*(true|yes|correct)\b", re.I)
+
+
+class ReflexionParams(Params):
+    """What a spec may set for a Reflexion node."""
+
+    rounds: int = Field(DEFAULT_ROUNDS, ge=1, le=MAX_ROUNDS, description="Maximum critic/refine rounds.")
+    temperature: Temperature = DEFAULT_TEMPERATURE
 
 
 def _critic_accepts(verdict: str) -> bool:
@@ -23,6 +32,7 @@ class ReflexionAgent(Agent):
     """One attempt, then up to ``rounds`` critic → refine rounds (``1 + 2·rounds`` calls at most)."""
 
     kind = "reflexion"
+    params_model = ReflexionParams
 
     def __init__(
         self,

@@ -6,13 +6,22 @@ import asyncio
 from collections import Counter
 
 from langchain_core.runnables import Runnable
+from pydantic import Field
 
-from agents.base import Agent, AgentResult, CallSettings, SubAgentError, Usage
+from agents.base import DEFAULT_TEMPERATURE, Agent, AgentResult, CallSettings, Params, SubAgentError, Temperature, Usage
 from agents.cot import cot_attempt
 from agents.normalize import normalize_answer
 
 DEFAULT_SAMPLES = 5
-DEFAULT_TEMPERATURE = 0.5
+#: The most samples a spec may ask for.
+MAX_SAMPLES = 20
+
+
+class SCParams(Params):
+    """What a spec may set for a self-consistency node."""
+
+    samples: int = Field(DEFAULT_SAMPLES, ge=1, le=MAX_SAMPLES, description="Number of CoT samples to vote over.")
+    temperature: Temperature = DEFAULT_TEMPERATURE
 
 
 class SCAgent(Agent):
@@ -23,6 +32,7 @@ class SCAgent(Agent):
     """
 
     kind = "sc"
+    params_model = SCParams
 
     def __init__(
         self,

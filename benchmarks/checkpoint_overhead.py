@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import chain
-from mas_orchestra.checkpoint import memory_checkpointer, open_async_sqlite_checkpointer
 from mas_orchestra.compile import compile_spec
+from mas_orchestra.runtime.checkpoint import memory_checkpointer, open_async_sqlite_checkpointer
 from mas_orchestra.testing import ScriptedChatModel
 
 

@@ -26,13 +26,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mas_orchestra.constraints import OrchestrationConstraint
 from mas_orchestra.errors import SpecError
-from mas_orchestra.grammar import GrammarLimits, agent_stage_grammar, edge_grammar, thinking_grammar
-from mas_orchestra.hf_chat import load_embedded_chat_model
+from mas_orchestra.models.constraints import OrchestrationConstraint
+from mas_orchestra.models.hf_chat import load_embedded_chat_model
 from mas_orchestra.registry import offered_registry
 from mas_orchestra.runtime import Orchestra
-from mas_orchestra.xml_format import parse_orchestration
+from mas_orchestra.spec import parse_orchestration
+from mas_orchestra.spec.grammar import GrammarLimits, agent_stage_grammar, edge_grammar, thinking_grammar
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -46,8 +46,8 @@ def compile_times(caps: list[int]) -> list[dict[str, Any]]:
     import xgrammar as xgr
     from transformers import AutoTokenizer
 
-    from mas_orchestra.grammar import orchestration_grammar
-    from mas_orchestra.hf_chat import embedded_model_dir
+    from mas_orchestra.models.embedded import embedded_model_dir
+    from mas_orchestra.spec.grammar import orchestration_grammar
 
     folder = embedded_model_dir()
     tokenizer = AutoTokenizer.from_pretrained(folder)

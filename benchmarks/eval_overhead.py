@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from mas_orchestra.eval import aevaluate
+from mas_orchestra.bench.evaluation import aevaluate
 from mas_orchestra.runtime import Orchestra
 from mas_orchestra.testing import ScriptedChatModel, cot_reply
 

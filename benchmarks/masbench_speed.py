@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from mas_orchestra import masbench
+from mas_orchestra.bench import masbench
 
 # (rows, values) per axis and split; test values are depth 2-12, others 2-8. Train uses the same ranges.
 PAPER = {

@@ -64,7 +64,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         validate_s = timed(lambda d=data: spec_from_data(d), repeat=3)
         compile_s = timed(lambda s=spec: compile_spec(s, ScriptedChatModel()), repeat=3)
         xml = spec.to_xml()
-        from mas_orchestra.xml_format import parse_orchestration
+        from mas_orchestra.spec import parse_orchestration
 
         parse_s = timed(lambda t=xml: parse_orchestration(t), repeat=3)
         rows.append({

@@ -1,6 +1,6 @@
 """The end-to-end graph served by ``langgraph.json``: orchestrate → validate → approve → execute.
 
-It is :func:`mas_orchestra.pipeline.build_pipeline` (each step a checkpointed node; the spec runs as a
+It is :func:`mas_orchestra.runtime.pipeline.build_pipeline` (each step a checkpointed node; the spec runs as a
 checkpointed subgraph, so the server's thread state shows every node's result). Each run reads its
 setup from ``config["configurable"]``, falling back to environment variables:
 
@@ -8,7 +8,8 @@ setup from ``config["configurable"]``, falling back to environment variables:
 - ``subagent`` (``MAS_SUBAGENT``): sub-agent model string, default ``embedded``;
 - ``dom`` (``MAS_DOM``): ``high`` or ``low``;
 - ``interrupt_before_execute`` (``MAS_APPROVAL``): ``true`` pauses for approval of the spec;
-- ``max_retries``, ``max_concurrency``, ``call_timeout``, ``retry_initial_delay``: as in ``Orchestra``.
+- ``max_retries``, ``max_concurrency``, ``call_timeout``, ``retry_initial_delay``, ``timeout``: the run's
+  :class:`~mas_orchestra.settings.RunSettings` (numbers, as JSON configs carry them; validated once per setup).
 
 ``MAS_SEARCH`` (e.g. ``bm25:corpus.jsonl``) enables search nodes; it is read from the environment only,
 and so are ``python:`` model strings: a client of a served graph may pick models, not import code.
@@ -24,14 +25,18 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
-from mas_orchestra.pipeline import PipelineState, build_pipeline
+from agents.search import make_backend
 from mas_orchestra.runtime import Orchestra
+from mas_orchestra.runtime.pipeline import PipelineState, build_pipeline
+from mas_orchestra.settings import RunSettings
 
 __all__ = ["EndToEndState", "build_graph", "graph", "model_from_config", "orchestra_from_config"]
 
 EndToEndState = PipelineState  # the state the served graph returns (kept under its former name)
 
-_NUMBERS = {"max_retries": int, "max_concurrency": int, "call_timeout": float, "retry_initial_delay": float}
+# configurable values arrive as JSON (or strings from a form): each is read as the type its RunSettings field has.
+_NUMBERS = {"max_retries": int, "max_concurrency": int, "call_timeout": float, "retry_initial_delay": float,
+            "timeout": float}
 _TRUE = {"1", "true", "yes", "on"}
 
 
@@ -83,12 +88,9 @@ def orchestra_from_config(config: RunnableConfig | None) -> Orchestra:
                         options[name] = _NUMBERS[name](value)
                     except (TypeError, ValueError):
                         raise ValueError(f"configurable {name!r} must be a number, got {value!r}") from None
-            search = None
-            if os.environ.get("MAS_SEARCH"):
-                from agents.search import make_backend
-
-                search = make_backend(os.environ["MAS_SEARCH"])
-            _cache[key] = Orchestra(orchestrator, subagent, dom=dom, search=search, **options)
+            settings = RunSettings(**options)
+            search = make_backend(os.environ["MAS_SEARCH"]) if os.environ.get("MAS_SEARCH") else None
+            _cache[key] = Orchestra(orchestrator, subagent, dom=dom, search=search, settings=settings)
         return _cache[key]
 
 

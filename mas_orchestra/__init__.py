@@ -9,8 +9,9 @@ from mas_orchestra.errors import (
     SpecError,
 )
 from mas_orchestra.registry import AgentRegistry, default_registry, register_agent
-from mas_orchestra.spec import AgentNode, Edge, GraphSpec, parse_spec
-from mas_orchestra.xml_format import parse_orchestration
+from mas_orchestra.settings import RunSettings
+from mas_orchestra.spec import AgentNode, Edge, GraphSpec, parse_orchestration, parse_spec
+from mas_orchestra.status import Status
 
 __all__ = [
     "AgentNode",
@@ -24,6 +25,7 @@ __all__ = [
     "MissingExtraError",
     "Orchestra",
     "Outcome",
+    "RunSettings",
     "SpecError",
     "Status",
     "compile_spec",
@@ -34,11 +36,11 @@ __all__ = [
 ]
 
 
-_LAZY = {"compile_spec": "mas_orchestra.compile", "Orchestra": "mas_orchestra.runtime",
-         "Outcome": "mas_orchestra.runtime", "Status": "mas_orchestra.runtime"}
+_LAZY = {"compile_spec": "mas_orchestra.compile", "Orchestra": "mas_orchestra.runtime.orchestra",
+         "Outcome": "mas_orchestra.runtime.outcome"}
 
 
-def __getattr__(name: str):  # these import LangGraph: load them on first use
+def __getattr__(name: str) -> object:  # these import LangGraph: load them on first use
     if name in _LAZY:
         import importlib
 

@@ -96,14 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("schema", help="print the GraphSpec JSON schema (usable as a tool schema)")
     p.set_defaults(func=_cmd_schema)
 
-    for module in ("mas_orchestra.runtime_cli", "mas_orchestra.eval", "mas_orchestra.masbench"):
-        try:
-            mod = __import__(module, fromlist=["add_cli"])
-        except ImportError:
-            continue
-        add_cli = getattr(mod, "add_cli", None)
-        if add_cli is not None:
-            add_cli(sub)
+    # The subcommands of the other parts, imported here so that ``import mas_orchestra.cli`` stays cheap.
+    from mas_orchestra.bench.evaluation.cli import add_cli as add_eval_cli
+    from mas_orchestra.bench.masbench.cli import add_cli as add_masbench_cli
+    from mas_orchestra.runtime.cli import add_cli as add_run_cli
+
+    for add_cli in (add_run_cli, add_eval_cli, add_masbench_cli):
+        add_cli(sub)
     return parser
 
 

@@ -9,7 +9,6 @@ sink's answer in ``final_answer``.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
 import operator
 from collections.abc import Mapping
@@ -20,14 +19,18 @@ from langchain_core.runnables.config import patch_config
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from agents.base import AgentResult, CallLimiter, CallSettings
+from agents.base import AgentResult, CallLimiter, CallSettings, ReplyConstrainer
 from mas_orchestra.errors import CompileError, NodeExecutionError, ThreadMismatchError
+from mas_orchestra.models import resolve_model, with_transient_retry
 from mas_orchestra.registry import AgentKind, AgentRegistry, BuildContext, default_registry
+from mas_orchestra.settings import RunSettings
 from mas_orchestra.spec import PLACEHOLDER_RE, AgentNode, GraphSpec
 
 __all__ = ["MASState", "NodeExecutionError", "compile_spec", "render_task"]
 
 ModelLike = Any  # BaseChatModel, any Runnable taking messages, or a model string
+# A graph compiled without settings: no retries and no bound on calls in flight (what compile_spec always did).
+_UNBOUNDED = RunSettings(max_retries=0, max_concurrency=None)
 
 
 def _merge(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
@@ -70,8 +73,6 @@ def render_task(node: AgentNode, question: str, results: Mapping[str, AgentResul
 
 def _resolve(model: ModelLike) -> Runnable:
     if isinstance(model, str):
-        from mas_orchestra.models import resolve_model
-
         return resolve_model(model)
     if not isinstance(model, Runnable):
         raise TypeError(f"model must be a BaseChatModel, a Runnable or a model string, got {type(model).__name__}")
@@ -152,22 +153,26 @@ def compile_spec(
     models: Mapping[str, ModelLike] | None = None,
     search: Any = None,
     registry: AgentRegistry | None = None,
-    settings: CallSettings | None = None,
-    max_concurrency: int | None = None,
-    max_retries: int = 0,
-    retry_initial_delay: float = 1.0,
+    settings: RunSettings | None = None,
+    constrain_reply: ReplyConstrainer | None = None,
     checkpointer: Any = None,
 ) -> CompiledStateGraph:
     """Build the LangGraph graph of a spec. Invoke it with ``{"question": "…"}``.
 
     ``model`` runs every node unless ``models`` names another model for a node id or an agent kind
     (``{"S1": big_model, "search": tool_model}``). ``search`` is handed to every search node; a spec
-    with a search node and no backend is a :class:`CompileError`. ``max_concurrency`` bounds the model
-    calls in flight across the whole graph; ``max_retries`` wraps every model in LangChain's
-    ``with_retry`` for transient errors (time-outs, connection errors, rate limits, 5xx).
+    with a search node and no backend is a :class:`CompileError`.
+
+    ``settings`` (a :class:`~mas_orchestra.settings.RunSettings`, passed whole): ``max_concurrency`` bounds
+    the model calls in flight across the whole graph, ``call_timeout`` each sub-agent call, and
+    ``max_retries`` wraps every model in LangChain's ``with_retry`` for transient errors (time-outs,
+    connection errors, rate limits, 5xx). ``timeout`` (the whole run) is enforced by whoever runs the graph
+    (:func:`~mas_orchestra.runtime.execute_spec`, :class:`~mas_orchestra.runtime.Orchestra`). Without
+    ``settings`` the graph has no bounds and no retries. ``constrain_reply`` binds the reply grammar to each
+    model (see :mod:`mas_orchestra.models.constraints`).
 
     ``checkpointer``: any LangGraph checkpointer (``InMemorySaver``, ``SqliteSaver``/``AsyncSqliteSaver``,
-    ``PostgresSaver``…; :mod:`mas_orchestra.checkpoint` builds ones with a serializer that allows our
+    ``PostgresSaver``…; :mod:`mas_orchestra.runtime.checkpoint` builds ones with a serializer that allows our
     types). Then invoke with ``config={"configurable": {"thread_id": …}}``: every superstep's node results
     are checkpointed, so ``graph.invoke(None, config)`` after a crash or error re-runs only the nodes that
     had not finished, and ``graph.get_state(config)`` / ``get_state_history`` show each node's result.
@@ -176,10 +181,12 @@ def compile_spec(
     if not isinstance(spec, GraphSpec):
         raise TypeError(f"compile_spec expects a GraphSpec, got {type(spec).__name__}")
     registry = registry or default_registry
-    settings = settings or CallSettings()
-    if max_concurrency is not None:
-        settings = dataclasses.replace(settings, limiter=CallLimiter(max_concurrency))
-    from mas_orchestra.models import with_transient_retry
+    settings = settings or _UNBOUNDED
+    calls = CallSettings(
+        call_timeout=settings.call_timeout,
+        limiter=None if settings.max_concurrency is None else CallLimiter(settings.max_concurrency),
+        constrain_reply=constrain_reply,
+    )
 
     cache: dict[int, Runnable] = {}
 
@@ -187,8 +194,10 @@ def compile_spec(
         key = id(raw)
         if key not in cache:
             runnable = _resolve(raw)
-            if max_retries > 0:
-                runnable = with_transient_retry(runnable, max_retries, initial_delay=retry_initial_delay)
+            if settings.max_retries > 0:
+                runnable = with_transient_retry(
+                    runnable, settings.max_retries, initial_delay=settings.retry_initial_delay
+                )
             cache[key] = runnable
         return cache[key]
 
@@ -223,7 +232,7 @@ def compile_spec(
         kind = registry.get(node.agent)
         chosen = (models or {}).get(node.id) or (models or {}).get(kind.name) or model
         params = kind.params.model_validate(node.params)
-        ctx = BuildContext(node_id=node.id, settings=settings, search=search)
+        ctx = BuildContext(node_id=node.id, settings=calls, search=search)
         try:
             built = kind.factory(prepared(chosen), params, ctx)
         except (CompileError, TypeError, ImportError):
@@ -247,7 +256,7 @@ def compile_spec(
     assert spec.sink is not None  # a validated spec with nodes always has its sink set
     builder.add_edge(spec.sink, END)
     config: dict[str, Any] = {"recursion_limit": len(spec.nodes) + 10}
-    if max_concurrency is not None:
-        config["max_concurrency"] = max_concurrency
+    if settings.max_concurrency is not None:
+        config["max_concurrency"] = settings.max_concurrency
     return builder.compile(checkpointer=checkpointer, name=f"mas-{spec_hash}").with_config(**config)
 

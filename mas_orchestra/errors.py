@@ -3,7 +3,7 @@
 Every class derives from :class:`MasOrchestraError` (defined, with :class:`MissingExtraError`, in the
 lowest layer, :mod:`agents.errors`, and re-exported here as the same objects) and keeps its builtin base,
 so ``except MasOrchestraError`` and the older ``except ValueError`` / ``except RuntimeError`` both catch it.
-Errors tied to one module stay there (``EvalInputError`` in :mod:`mas_orchestra.eval`,
+Errors tied to one module stay there (``EvalInputError`` in :mod:`mas_orchestra.bench.evaluation`,
 ``MissingCredentialsError`` in :mod:`mas_orchestra.models` …); they derive from the same base.
 """
 

@@ -10,10 +10,9 @@ import json
 from functools import cache
 from importlib import resources
 from string import Template
-from typing import Literal
 
 from mas_orchestra.registry import BASELINE_DEBATE_ROLES, AgentKind, AgentRegistry, default_registry
-from mas_orchestra.spec import GraphSpec, spec_from_data
+from mas_orchestra.spec import Dom, GraphSpec, check_dom, spec_from_data
 
 __all__ = ["describe_agents", "orchestrator_messages", "orchestrator_prompt"]
 
@@ -117,11 +116,10 @@ def _example(dom: str, registry: AgentRegistry) -> str:
 
 
 def orchestrator_prompt(
-    question: str, dom: Literal["high", "low"] = "high", *, registry: AgentRegistry | None = None
+    question: str, dom: Dom = "high", *, registry: AgentRegistry | None = None
 ) -> str:
     """The orchestrator's user prompt for one task."""
-    if dom not in ("high", "low"):
-        raise ValueError(f"dom must be 'high' or 'low', got {dom!r}")
+    check_dom(dom)
     registry = registry or default_registry
     return _template(f"orchestrator_{dom}").substitute(
         agents=describe_agents(registry),
@@ -132,7 +130,7 @@ def orchestrator_prompt(
 
 
 def orchestrator_messages(
-    question: str, dom: Literal["high", "low"] = "high", *, registry: AgentRegistry | None = None
+    question: str, dom: Dom = "high", *, registry: AgentRegistry | None = None
 ) -> list[dict[str, str]]:
     """The prompt as chat messages (the question in the first and only user message), as TRL expects."""
     return [{"role": "user", "content": orchestrator_prompt(question, dom, registry=registry)}]

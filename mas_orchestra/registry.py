@@ -2,8 +2,9 @@
 
 Each kind has a canonical name (``cot``), the block name the orchestrator writes (``CoTAgent``),
 aliases (including the original training configuration's archive names such as ``COT_SC``), a
-description, a pydantic parameter model whose bounds are the caps a spec may ask for, and a factory
-that builds the runnable agent. Users add their own kinds with :func:`register_agent`.
+description, a pydantic parameter model whose bounds are the caps a spec may ask for (a built-in kind's is
+its block's ``params_model``, declared in :mod:`agents`), and a factory that builds the runnable agent.
+Users add their own kinds with :func:`register_agent`, with a model derived from :class:`Params`.
 """
 
 from __future__ import annotations
@@ -12,11 +13,15 @@ import re
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Protocol
+from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
-
-from agents.base import AgentResult, CallSettings
+from agents.base import Agent, AgentResult, CallSettings, Params
+from agents.cot import CoTAgent, CoTParams
+from agents.debate import DebateAgent, DebateParams
+from agents.reflexion import ReflexionAgent, ReflexionParams
+from agents.search import WebSearchAgent
+from agents.search.agent import SearchParams
+from agents.self_consistency import SCAgent, SCParams
 
 __all__ = [
     "BASELINE_DEBATE_ROLES",
@@ -35,52 +40,6 @@ __all__ = [
     "offered_registry",
     "register_agent",
 ]
-
-MAX_SAMPLES = 20
-MAX_ROUNDS = 10
-MAX_ROLES = 8
-MAX_SEARCH_TURNS = 10
-MAX_SEARCH_K = 10
-
-
-class Params(BaseModel):
-    """Base of parameter models: unknown parameters are errors, not silently ignored."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-Temperature = Annotated[float, Field(ge=0.0, le=2.0, description="Sampling temperature.")]
-
-
-class CoTParams(Params):
-    temperature: Temperature = 0.5
-
-
-class SCParams(Params):
-    samples: int = Field(5, ge=1, le=MAX_SAMPLES, description="Number of CoT samples to vote over.")
-    temperature: Temperature = 0.5
-
-
-class ReflexionParams(Params):
-    rounds: int = Field(5, ge=1, le=MAX_ROUNDS, description="Maximum critic/refine rounds.")
-    temperature: Temperature = 0.5
-
-
-RoleText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
-
-
-class DebateParams(Params):
-    roles: list[RoleText] = Field(
-        ..., min_length=2, max_length=MAX_ROLES, description="Debater roles, at least two."
-    )
-    rounds: int = Field(5, ge=1, le=MAX_ROUNDS, description="Debate rounds before the judge decides.")
-    temperature: Temperature = 0.5
-
-
-class SearchParams(Params):
-    max_turns: int = Field(5, ge=1, le=MAX_SEARCH_TURNS, description="Maximum model turns of the tool loop.")
-    k: int = Field(5, ge=1, le=MAX_SEARCH_K, description="Search results per query.")
-    temperature: Temperature = 0.5
 
 
 @dataclass
@@ -190,40 +149,18 @@ class AgentRegistry:
         return AgentRegistry(k for k in self._kinds.values() if not k.needs_search)
 
 
-def _cot(model: Any, params: CoTParams, ctx: BuildContext) -> Any:
-    from agents.cot import CoTAgent
+def _block(block: Callable[..., Agent]) -> AgentFactory:
+    """The factory of a built-in block: its parameters, as its ``params_model`` validated them, are its
+    keyword arguments (so a default or bound is declared once, in the block)."""
 
-    return CoTAgent(model, temperature=params.temperature, settings=ctx.settings)
+    def build(model: Any, params: Params, ctx: BuildContext) -> Agent:
+        return block(model, **dict(params), settings=ctx.settings)
 
-
-def _sc(model: Any, params: SCParams, ctx: BuildContext) -> Any:
-    from agents.self_consistency import SCAgent
-
-    return SCAgent(model, samples=params.samples, temperature=params.temperature, settings=ctx.settings)
+    return build
 
 
-def _reflexion(model: Any, params: ReflexionParams, ctx: BuildContext) -> Any:
-    from agents.reflexion import ReflexionAgent
-
-    return ReflexionAgent(model, rounds=params.rounds, temperature=params.temperature, settings=ctx.settings)
-
-
-def _debate(model: Any, params: DebateParams, ctx: BuildContext) -> Any:
-    from agents.debate import DebateAgent
-
-    return DebateAgent(
-        model, roles=params.roles, rounds=params.rounds, temperature=params.temperature,
-        settings=ctx.settings,
-    )
-
-
-def _search(model: Any, params: SearchParams, ctx: BuildContext) -> Any:
-    from agents.search import WebSearchAgent
-
-    return WebSearchAgent(
-        model, ctx.search, max_turns=params.max_turns, k=params.k, temperature=params.temperature,
-        settings=ctx.settings,
-    )
+def _search(model: Any, params: Params, ctx: BuildContext) -> Agent:
+    return WebSearchAgent(model, ctx.search, **dict(params), settings=ctx.settings)
 
 
 BUILTIN_KINDS = (
@@ -232,8 +169,8 @@ BUILTIN_KINDS = (
         block="CoTAgent",
         description="Chain-of-thought: solves the (sub-)task with one step-by-step reasoning call. "
         "Cheapest; good for simple, well-defined steps.",
-        params=CoTParams,
-        factory=_cot,
+        params=CoTAgent.params_model,
+        factory=_block(CoTAgent),
         aliases=("COT", "chain_of_thought", "chainofthoughtagent"),
     ),
     AgentKind(
@@ -241,8 +178,8 @@ BUILTIN_KINDS = (
         block="SCAgent",
         description="Self-consistency: samples several chain-of-thought solutions and returns the "
         "majority answer. More reliable than CoT on tasks with one checkable answer; costs `samples` calls.",
-        params=SCParams,
-        factory=_sc,
+        params=SCAgent.params_model,
+        factory=_block(SCAgent),
         aliases=("COT_SC", "self_consistency", "selfconsistencyagent"),
     ),
     AgentKind(
@@ -250,8 +187,8 @@ BUILTIN_KINDS = (
         block="ReflexionAgent",
         description="Reflexion: answers, has a critic check the answer, and refines it until the critic "
         "accepts or the rounds run out. Good for error-prone multi-step problems.",
-        params=ReflexionParams,
-        factory=_reflexion,
+        params=ReflexionAgent.params_model,
+        factory=_block(ReflexionAgent),
         aliases=("Reflexion", "reflection", "self_refine"),
     ),
     AgentKind(
@@ -259,8 +196,8 @@ BUILTIN_KINDS = (
         block="DebateAgent",
         description="Debate: several agents with the given roles argue over rounds, seeing each other's "
         "reasoning, and a judge decides. Strong on hard reasoning; the most expensive block.",
-        params=DebateParams,
-        factory=_debate,
+        params=DebateAgent.params_model,
+        factory=_block(DebateAgent),
         aliases=("LLM_debate", "llmdebateagent", "multi_agent_debate"),
         xml_tags={"roles": "debate_roles"},
     ),
@@ -269,7 +206,7 @@ BUILTIN_KINDS = (
         block="WebSearchAgent",
         description="Web search: searches for evidence (web or a local corpus) over several turns and "
         "answers with sources. Use it for facts the model may not know, e.g. multi-hop questions.",
-        params=SearchParams,
+        params=WebSearchAgent.params_model,
         factory=_search,
         aliases=("WebSearch", "SearchAgent", "web_search"),
         needs_search=True,

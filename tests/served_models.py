@@ -9,7 +9,7 @@ from __future__ import annotations
 from mas_orchestra.spec import spec_from_data
 from mas_orchestra.testing import ScriptedChatModel
 
-__all__ = ["CHAIN6", "FAN_IN", "chain_orchestrator", "orchestrator"]
+__all__ = ["CHAIN6", "FAN_IN", "ONE_AGENT", "chain_orchestrator", "one_agent_orchestrator", "orchestrator", "slow_subagent"]
 
 FAN_IN = spec_from_data(
     {
@@ -39,3 +39,16 @@ CHAIN6 = spec_from_data(
 def chain_orchestrator() -> ScriptedChatModel:
     """An orchestrator that writes a six-node chain S0 -> … -> S5 (one sub-agent request per node)."""
     return ScriptedChatModel(replies=[CHAIN6], model_name="scripted-orchestrator")
+
+
+def one_agent_orchestrator() -> ScriptedChatModel:
+    """An orchestrator that delegates every question to one CoT agent ``A``."""
+    return ScriptedChatModel(replies=[ONE_AGENT], model_name="scripted-orchestrator")
+
+
+def slow_subagent() -> ScriptedChatModel:
+    """A sub-agent that takes 30 s per call (what a per-call time-out must cut short)."""
+    return ScriptedChatModel(delay=30.0, model_name="scripted-slow")
+
+
+ONE_AGENT = spec_from_data({"nodes": [{"id": "A", "agent": "cot", "input": "solve it"}]}).to_xml()

@@ -16,7 +16,9 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from agents import AgentResult
 from mas_orchestra import GraphSpec, compile_spec
-from mas_orchestra.checkpoint import (
+from mas_orchestra.compile import NodeExecutionError
+from mas_orchestra.errors import CheckpointError, MissingExtraError, ThreadMismatchError
+from mas_orchestra.runtime.checkpoint import (
     CHECKPOINT_TYPES,
     check_sqlite_file,
     checkpoint_serde,
@@ -24,8 +26,6 @@ from mas_orchestra.checkpoint import (
     open_async_sqlite_checkpointer,
     open_sqlite_checkpointer,
 )
-from mas_orchestra.compile import NodeExecutionError
-from mas_orchestra.errors import CheckpointError, MissingExtraError, ThreadMismatchError
 from mas_orchestra.spec import spec_from_data
 from mas_orchestra.testing import ScriptedChatModel, cot_reply
 from tests.step_models import StepModel
@@ -241,9 +241,9 @@ NO_EXTRAS_SCRIPT = textwrap.dedent("""
 
     sys.meta_path.insert(0, Block())
     import mas_orchestra, agents, graphs
-    import mas_orchestra.checkpoint, mas_orchestra.pipeline, mas_orchestra.threads
+    import mas_orchestra.runtime.checkpoint, mas_orchestra.runtime.pipeline, mas_orchestra.runtime.threads
     import graphs.end_to_end, graphs.served
-    from mas_orchestra.checkpoint import memory_checkpointer, open_sqlite_checkpointer
+    from mas_orchestra.runtime.checkpoint import memory_checkpointer, open_sqlite_checkpointer
     from mas_orchestra.errors import MissingExtraError
     memory_checkpointer()
     try:

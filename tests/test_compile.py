@@ -8,7 +8,7 @@ import pytest
 from langgraph.graph.state import CompiledStateGraph
 
 from agents import AgentResult
-from mas_orchestra import CompileError, GraphSpec, compile_spec, register_agent
+from mas_orchestra import CompileError, GraphSpec, RunSettings, compile_spec, register_agent
 from mas_orchestra.compile import NodeExecutionError
 from mas_orchestra.registry import AgentRegistry, Params, default_registry
 from mas_orchestra.spec import spec_from_data
@@ -95,12 +95,13 @@ async def test_node_failure_names_the_node():
 
 async def test_retries_transient_errors_only():
     spec = spec_from_data({"nodes": [{"id": "A", "agent": "cot"}]})
+    retries = RunSettings(max_retries=3, retry_initial_delay=0.01)
     flaky = ScriptedChatModel(replies=[ConnectionError("reset"), TimeoutError(), cot_reply("ok")], cycle=False)
-    out = await compile_spec(spec, flaky, max_retries=3, retry_initial_delay=0.01).ainvoke({"question": "q"})
+    out = await compile_spec(spec, flaky, settings=retries).ainvoke({"question": "q"})
     assert out["final_answer"] == "ok" and flaky.calls == 3
     broken = ScriptedChatModel(replies=[ValueError("bad request"), cot_reply("ok")], cycle=False)
     with pytest.raises(NodeExecutionError):
-        await compile_spec(spec, broken, max_retries=3, retry_initial_delay=0.01).ainvoke({"question": "q"})
+        await compile_spec(spec, broken, settings=retries).ainvoke({"question": "q"})
     assert broken.calls == 1
 
 
@@ -110,7 +111,7 @@ async def test_max_concurrency_bounds_model_calls():
         "nodes": [{"id": f"S{i}", "agent": "sc"} for i in range(3)] + [{"id": "J", "agent": "cot"}],
         "edges": [{"source": f"S{i}", "target": "J"} for i in range(3)],
     })
-    await compile_spec(spec, model, max_concurrency=4).ainvoke({"question": "q"})
+    await compile_spec(spec, model, settings=RunSettings(max_concurrency=4)).ainvoke({"question": "q"})
     assert model.calls == 16 and model.peak_in_flight == 4
 
 

@@ -1,17 +1,17 @@
-"""The one JSONL reader (mas_orchestra.datasets.read_rows) behind eval's load_rows and training's load_jsonl,
-and the split of mas_orchestra.eval into the mas_orchestra.evaluation package."""
+"""The one JSONL reader (mas_orchestra.bench.datasets.read_rows) behind eval's load_rows and training's load_jsonl,
+and the evaluation package (mas_orchestra.bench.evaluation) behind the documented path mas_orchestra.eval."""
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 
 import pytest
 
-from mas_orchestra import eval as ev
-from mas_orchestra import evaluation
-from mas_orchestra.datasets import read_rows
+from mas_orchestra import eval as documented_eval
+from mas_orchestra.bench import evaluation
+from mas_orchestra.bench import evaluation as ev
+from mas_orchestra.bench.datasets import read_rows
 from mas_orchestra.errors import DataError, MasOrchestraError
 from tests.conftest import REPO
 from training.data import load_jsonl
@@ -109,48 +109,17 @@ def test_shared_data_files_read_through_both(data_dir):
 
 # -- the evaluation package ---------------------------------------------------------------------------------
 
-OLD_EVAL_NAMES = (  # every top-level name the single mas_orchestra/eval.py module had that callers may use
-    "BASELINE_KINDS", "CONFIG_FILE", "CONFIG_VERSION", "GRADERS", "IDENTITY_KEYS", "LOCK_FILE",
-    "MAX_ORCHESTRATION_CHARS", "PARETO_FILE", "RESULTS_FILE", "STATUSES", "SUMMARY_FILE", "ConfigMismatchError",
-    "EvalInputError", "MissingExtraError", "Runner", "add_cli", "aevaluate", "discover_run_dirs", "evaluate",
-    "format_summary", "load_rows", "log", "pareto_plot", "read_results", "summarize", "_BASELINE_DEBATE_ROLES",
-    "_GRADE_SLACK_S", "_ModelCache", "_ResultWriter", "_VALID_STATUSES", "_baseline_spec", "_check_arguments",
-    "_check_config", "_cmd_eval", "_cmd_pareto", "_cut_partial_tail", "_default_out", "_dir_lock",
-    "_failed_outcome", "_frontier", "_input_errors", "_is_valid", "_key", "_make_runner", "_mean", "_model_label",
-    "_positive_float", "_positive_int", "_progress_bar", "_record", "_run_label", "_run_pending", "_scalar_text",
-    "_write_json",
-)
-
-
-def test_eval_module_reexports_every_old_name_as_the_same_object():
-    modules = [importlib.import_module(f"mas_orchestra.evaluation.{m}")
-               for m in ("common", "storage", "summary", "plots", "runner", "cli")]
-    for name in OLD_EVAL_NAMES:
-        value = getattr(ev, name)
-        homes = [m for m in modules if name in vars(m)]
-        assert all(vars(m)[name] is value for m in homes), name
+def test_the_documented_eval_path_reexports_the_package_as_the_same_objects():
+    assert documented_eval.__all__ == evaluation.__all__
     for name in evaluation.__all__:
-        assert getattr(evaluation, name) is getattr(ev, name), name
-    assert set(ev.__all__) <= set(evaluation.__all__)
+        assert getattr(documented_eval, name) is getattr(evaluation, name), name
 
 
 def test_no_evaluation_module_is_over_500_lines():
     sizes = {p.name: len(p.read_text(encoding="utf-8").splitlines())
-             for p in [*(REPO / "mas_orchestra" / "evaluation").glob("*.py"), REPO / "mas_orchestra" / "eval.py"]}
+             for p in [*(REPO / "mas_orchestra" / "bench" / "evaluation").glob("*.py"),
+                       REPO / "mas_orchestra" / "eval.py"]}
     assert sizes and max(sizes.values()) <= 500, sizes
-
-
-def test_assigning_on_the_eval_module_reaches_the_implementation(monkeypatch):
-    from mas_orchestra.evaluation import runner, summary
-
-    monkeypatch.setattr(ev, "_GRADE_SLACK_S", 1.5)
-    assert runner._GRADE_SLACK_S == 1.5 == ev._GRADE_SLACK_S
-    marker = object()
-    monkeypatch.setattr(ev, "summarize", marker)
-    assert runner.summarize is marker and summary.summarize is marker
-    monkeypatch.undo()
-    assert runner._GRADE_SLACK_S == 150.0 and runner.summarize is summary.summarize is evaluation.summarize
-    assert callable(runner.summarize)
 
 
 def test_summary_is_unchanged_by_the_split():

@@ -39,11 +39,11 @@ BUILTIN_BASE: dict[str, type[BaseException]] = {
     "mas_orchestra.errors.DataError": ValueError,
     "mas_orchestra.errors.CheckpointError": RuntimeError,
     "mas_orchestra.errors.ThreadMismatchError": ValueError,
-    "mas_orchestra.evaluation.common.EvalInputError": ValueError,
-    "mas_orchestra.evaluation.common.ConfigMismatchError": ValueError,
-    "mas_orchestra.models.MissingCredentialsError": RuntimeError,
-    "mas_orchestra.models.TransientModelError": RuntimeError,
-    "mas_orchestra.embedded.EmbeddedModelUnavailableError": ImportError,
+    "mas_orchestra.bench.evaluation.common.EvalInputError": ValueError,
+    "mas_orchestra.bench.evaluation.common.ConfigMismatchError": ValueError,
+    "mas_orchestra.models.resolve.MissingCredentialsError": RuntimeError,
+    "mas_orchestra.models.resolve.TransientModelError": RuntimeError,
+    "mas_orchestra.models.embedded.EmbeddedModelUnavailableError": ImportError,
 }
 
 _BUILTIN_EXCEPTIONS = {
@@ -111,10 +111,10 @@ def test_the_missing_extra_error_is_one_class_everywhere():
     assert mas_orchestra.errors.MissingExtraError is agents.errors.MissingExtraError
     assert mas_orchestra.MissingExtraError is agents.MissingExtraError is MissingExtraError
     assert mas_orchestra.errors.MasOrchestraError is mas_orchestra.MasOrchestraError is agents.MasOrchestraError
-    from mas_orchestra import eval as ev
+    from mas_orchestra.bench.evaluation import runner
     from mas_orchestra.compile import NodeExecutionError
 
-    assert ev.MissingExtraError is MissingExtraError
+    assert runner.MissingExtraError is MissingExtraError
     assert NodeExecutionError is mas_orchestra.errors.NodeExecutionError
 
 
@@ -144,7 +144,7 @@ def test_missing_extra_messages_carry_the_exact_command():
 def test_missing_extra_errors_survive_pickling():
     """Errors cross process boundaries (worker pools); the rebuilt error keeps message and fields."""
     from agents.search.contract import MissingSearchExtraError
-    from mas_orchestra.hf_chat import EMBEDDED_INSTALL_HINT, EmbeddedModelUnavailableError
+    from mas_orchestra.models.embedded import EMBEDDED_INSTALL_HINT, EmbeddedModelUnavailableError
 
     for err in (
         MissingExtraError("the Pareto plot", "eval", "matplotlib"),
@@ -158,7 +158,7 @@ def test_missing_extra_errors_survive_pickling():
 
 def test_search_and_embedded_errors_are_missing_extra_errors():
     from agents.search.contract import PIP_HINT, MissingSearchExtraError
-    from mas_orchestra.hf_chat import EMBEDDED_INSTALL_HINT, SMOLLM2_INSTALL_HINT, EmbeddedModelUnavailableError
+    from mas_orchestra.models.embedded import EMBEDDED_INSTALL_HINT, SMOLLM2_INSTALL_HINT, EmbeddedModelUnavailableError
 
     err = MissingSearchExtraError("the BM25 backend", "bm25s")
     assert isinstance(err, MissingExtraError)
@@ -174,7 +174,7 @@ def test_search_and_embedded_errors_are_missing_extra_errors():
 
 
 def test_xgrammar_missing_names_the_embedded_extra(monkeypatch):
-    from mas_orchestra.decoding import require_xgrammar
+    from mas_orchestra.models.decoding import require_xgrammar
 
     monkeypatch.setitem(sys.modules, "xgrammar", None)  # makes `import xgrammar` fail
     with pytest.raises(MissingExtraError) as err:
@@ -184,7 +184,7 @@ def test_xgrammar_missing_names_the_embedded_extra(monkeypatch):
 
 
 def test_math_grading_without_math_verify_is_a_missing_extra_error(monkeypatch):
-    from mas_orchestra import grading
+    from mas_orchestra.bench import grading
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",

@@ -1,4 +1,4 @@
-"""mas_orchestra.eval: exact summaries, resume, crash safety, baselines, grading errors, plots and CLI errors.
+"""mas_orchestra.bench.evaluation: exact summaries, resume, crash safety, baselines, grading errors, plots and CLI errors.
 
 All models are scripted (tests/eval_models.py): questions carry tags that decide whether the sub-agent is
 right, so every accuracy below is a known fraction.
@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from mas_orchestra import eval as ev
+from mas_orchestra.bench import evaluation as ev
+from mas_orchestra.bench.evaluation import plots, runner, storage
 from mas_orchestra.cli import main as cli_main
+from mas_orchestra.errors import MissingExtraError
 from mas_orchestra.testing import ScriptedChatModel
 from tests import eval_models as em
 from tests.conftest import REPO
@@ -47,7 +49,7 @@ async def _orchestra_eval(rows, out_dir, **kwargs):
 
 def test_constants_come_from_runtime_grading_and_registry():
     from graphs.baselines import BASELINES, baseline_spec
-    from mas_orchestra.grading import VALID_KINDS
+    from mas_orchestra.bench.grading import VALID_KINDS
     from mas_orchestra.registry import BASELINE_KINDS
     from mas_orchestra.runtime import Status
 
@@ -57,13 +59,13 @@ def test_constants_come_from_runtime_grading_and_registry():
     assert ev.GRADERS is VALID_KINDS
     assert ev.BASELINE_KINDS is BASELINE_KINDS and BASELINES is BASELINE_KINDS
     for kind in BASELINES:
-        assert ev._baseline_spec(kind, None) == baseline_spec(kind)
-    assert ev._baseline_spec("cot", 0.0).nodes[0].params == {"temperature": 0.0}
+        assert runner._baseline_spec(kind, None) == baseline_spec(kind)
+    assert runner._baseline_spec("cot", 0.0).nodes[0].params == {"temperature": 0.0}
 
 
 def test_eval_constants_import_no_langgraph():
     # the CLI imports them for every command: they must not pull in the runtime, LangGraph or ``graphs``
-    code = ("import sys, mas_orchestra.evaluation.common; "
+    code = ("import sys, mas_orchestra.bench.evaluation.common; "
             "print(','.join(m for m in ('langgraph', 'graphs', 'mas_orchestra.runtime') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -193,7 +195,7 @@ async def test_config_mismatch_is_refused_unless_forced(tmp_path):
 async def test_a_run_directory_in_use_is_refused(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
-    with ev._dir_lock(out), pytest.raises(ev.EvalInputError, match="another eval"):
+    with storage._dir_lock(out), pytest.raises(ev.EvalInputError, match="another eval"):
         await _orchestra_eval(em.make_rows([""]), out)
 
 
@@ -273,7 +275,7 @@ async def test_grading_errors_are_recorded_never_raised(tmp_path, monkeypatch):
     summary, _, _ = await _orchestra_eval(rows, tmp_path / "mcq", grader="mcq")  # "31" names no letter
     assert summary["grade_errors"] == 2 and "letter" in _lines(tmp_path / "mcq")[0]["grade_error"]
 
-    monkeypatch.setattr(ev, "_GRADE_SLACK_S", 0.0)
+    monkeypatch.setattr(runner, "_GRADE_SLACK_S", 0.0)
     slow_judge = ScriptedChatModel(replies=["yes"], delay=2.0)
     summary, _, _ = await _orchestra_eval(rows, tmp_path / "slow", grader="judge", judge=slow_judge,
                                           grade_timeout=0.1)
@@ -292,12 +294,12 @@ async def test_pareto_plot_covers_sibling_runs(tmp_path):
     assert [d.name for d in ev.discover_run_dirs(runs / "b-orch")] == ["a-cot", "b-orch"]
     out = ev.pareto_plot([runs / "a-cot", runs / "b-orch", runs / "not-a-run"], tmp_path / "p" / "both.png")
     assert out.read_bytes()[:8] == PNG_MAGIC
-    assert ev._frontier([(0, 10), (1, 5), (2, 50), (3, 40)]) == [(0, 10), (2, 50)]
+    assert plots._frontier([(0, 10), (1, 5), (2, 50), (3, 40)]) == [(0, 10), (2, 50)]
 
 
 def test_pareto_without_matplotlib_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # makes the import fail
-    with pytest.raises(ev.MissingExtraError, match=r"mas-orchestra\[eval\]"):
+    with pytest.raises(MissingExtraError, match=r"mas-orchestra\[eval\]"):
         ev.pareto_plot([], tmp_path / "x.png")
 
 

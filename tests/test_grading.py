@@ -1,4 +1,4 @@
-"""Tests for mas_orchestra.grading: math equivalence, EM/F1, mcq, judge, time bounds, gold datasets."""
+"""Tests for mas_orchestra.bench.grading: math equivalence, EM/F1, mcq, judge, time bounds, gold datasets."""
 
 from __future__ import annotations
 
@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from mas_orchestra import grading
-from mas_orchestra.grading import agrade, extract_boxed, extract_choice, grade, score
+from mas_orchestra.bench.grading import agrade, answers, bounded, extract_boxed, extract_choice, grade, kinds, score
 
 pytest.importorskip("math_verify")
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-GRADING_PY = Path(grading.__file__).resolve()
+BOUNDED_PY = Path(bounded.__file__).resolve()  # the file grading workers load by path
 log = logging.getLogger(__name__)
 
 
@@ -99,7 +98,7 @@ def test_cheap_path_needs_no_worker(monkeypatch):
     def boom(*args, **kwargs):
         raise AssertionError("math-verify should not run for string-equal answers")
 
-    monkeypatch.setattr(grading, "_verify_bounded", boom)
+    monkeypatch.setattr(kinds, "verify_bounded", boom)
     assert grade(r"The total is $\boxed{1,000}$.", "1000")
     assert grade(r"\boxed{\text{(C)}}", "(C)")
 
@@ -125,7 +124,7 @@ def test_single_element_list_is_a_plain_answer():
 def test_import_does_not_import_math_verify():
     code = (
         "import importlib.util, sys\n"
-        f"s = importlib.util.spec_from_file_location('g', {str(GRADING_PY)!r})\n"
+        f"s = importlib.util.spec_from_file_location('g', {str(BOUNDED_PY)!r})\n"
         "m = importlib.util.module_from_spec(s); s.loader.exec_module(m)\n"
         "assert 'math_verify' not in sys.modules and 'sympy' not in sys.modules\n"
     )
@@ -209,7 +208,7 @@ def test_grading_inside_running_event_loop():
 
 
 def test_thread_backend(monkeypatch):
-    monkeypatch.setattr(grading, "_USE_THREADS", True)
+    monkeypatch.setattr(bounded, "_USE_THREADS", True)
     assert grade(r"\boxed{\frac12}", "0.5")
     assert not grade(r"\boxed{\frac13}", "0.5")
 
@@ -341,7 +340,7 @@ def test_judge_needs_question_and_model():
 
 
 def test_judge_prompt_file_is_a_template():
-    text = (GRADING_PY.parent / "prompts" / "judge.txt").read_text(encoding="utf-8")
+    text = (Path(answers.__file__).resolve().parent / "judge.txt").read_text(encoding="utf-8")
     for field in ("$question", "$response", "$answer"):
         assert field in text
 
@@ -404,8 +403,8 @@ def test_math500_golds_agree_through_math_verify_alone():
     failures = [
         r["id"]
         for r in rows
-        if not grading._verify_bounded(
-            [[grading._mv_gold(r["answer"]), grading._mv_pred(r["solution"], True)]], timeout=10.0
+        if not bounded.verify_bounded(
+            [[answers.mv_gold(r["answer"]), answers.mv_pred(r["solution"], True)]], timeout=10.0
         )
     ]
     assert failures == []
@@ -413,9 +412,9 @@ def test_math500_golds_agree_through_math_verify_alone():
 
 @pytest.mark.parametrize("executable", ["/nonexistent/python", "/bin/false"])
 def test_falls_back_to_threads_when_workers_cannot_start(monkeypatch, executable):
-    monkeypatch.setattr(grading, "_POOL", None)
-    monkeypatch.setattr(grading, "_USE_THREADS", False)
+    monkeypatch.setattr(bounded, "_POOL", None)
+    monkeypatch.setattr(bounded, "_USE_THREADS", False)
     monkeypatch.setattr(sys, "executable", executable)
     assert grade(r"\boxed{\frac12}", "0.5")
-    assert grading._USE_THREADS is True
+    assert bounded._USE_THREADS is True
     assert not grade(r"\boxed{\frac13}", "0.5")

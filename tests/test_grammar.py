@@ -15,15 +15,18 @@ import string
 import pytest
 from pydantic import Field
 
-from mas_orchestra.constraints import (
+from mas_orchestra.errors import ConstrainedDecodingError, GrammarError, SpecError
+from mas_orchestra.models.constraints import (
     OrchestrationConstraint,
     ReplyConstraint,
     bind_constraint,
     constraint_mode,
     structured_output_backend,
 )
-from mas_orchestra.errors import ConstrainedDecodingError, GrammarError, SpecError
-from mas_orchestra.grammar import (
+from mas_orchestra.registry import AgentRegistry, Params, default_registry, offered_registry, register_agent
+from mas_orchestra.runtime import Orchestra, Status
+from mas_orchestra.spec import parse_orchestration, spec_from_data
+from mas_orchestra.spec.grammar import (
     EDGE_MARKER,
     GrammarLimits,
     edge_grammar,
@@ -31,16 +34,12 @@ from mas_orchestra.grammar import (
     orchestration_json_schema,
     references_by_agent,
 )
-from mas_orchestra.registry import AgentRegistry, Params, default_registry, offered_registry, register_agent
-from mas_orchestra.runtime import Orchestra, Status
-from mas_orchestra.spec import spec_from_data
 from mas_orchestra.testing import ScriptedChatModel
-from mas_orchestra.xml_format import parse_orchestration
 
 xgr = pytest.importorskip("xgrammar")
 torch = pytest.importorskip("torch")
 
-from mas_orchestra.decoding import ConstrainedLogitsProcessor  # noqa: E402
+from mas_orchestra.models.decoding import ConstrainedLogitsProcessor  # noqa: E402
 
 REGISTRY = offered_registry()  # no search backend: the five blocks minus search
 SMALL = GrammarLimits(max_agents=4, thinking_chars=12, description_chars=6, input_chars=14, answer_chars=8,
@@ -315,7 +314,7 @@ _HAVE_EMBEDDED = all(importlib.util.find_spec(m) is not None for m in ("transfor
 @pytest.mark.skipif(not _HAVE_EMBEDDED, reason="embedded model not installed (scripts/install.sh)")
 @pytest.mark.parametrize("dom", ["high", "low"])
 def test_embedded_orchestrator_runs_a_valid_system_without_format_re_asks(dom: str) -> None:
-    from mas_orchestra.hf_chat import load_embedded_chat_model
+    from mas_orchestra.models.hf_chat import load_embedded_chat_model
 
     model = load_embedded_chat_model(max_new_tokens=96, torch_threads=1)
     orchestra = Orchestra(model, model, dom, max_retries=0, orchestrator_max_tokens=160,

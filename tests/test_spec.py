@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from agents.self_consistency import MAX_SAMPLES
 from mas_orchestra import GraphSpec, SpecError, parse_orchestration, parse_spec
-from mas_orchestra.registry import MAX_SAMPLES
 from mas_orchestra.spec import MAX_INPUT_CHARS, spec_from_data
 
 

@@ -9,10 +9,10 @@ import pytest
 from langchain_core.messages import BaseMessage
 from pydantic import PrivateAttr
 
-from mas_orchestra.checkpoint import memory_checkpointer
 from mas_orchestra.cli import main
 from mas_orchestra.errors import CheckpointError, ThreadMismatchError
 from mas_orchestra.runtime import Orchestra, Status
+from mas_orchestra.runtime.checkpoint import memory_checkpointer
 from mas_orchestra.spec import spec_from_data
 from mas_orchestra.testing import ScriptedChatModel
 from tests.step_models import StepModel
@@ -61,7 +61,7 @@ async def test_timed_out_run_resumes_where_it_stopped():
     assert first.status is Status.TIMEOUT and first.thread_id == "slow"
     finished = [int(node[1:]) for node in first.finished_nodes]
     assert finished and len(finished) < 4
-    orchestra.timeout = None
+    orchestra.settings = orchestra.settings.model_copy(update={"timeout": None})
     resumed = await orchestra.arun("q", thread_id="slow")
     assert resumed.status is Status.OK and orch.calls == 1
     assert all(sub.steps.count(step) == 1 for step in finished)  # a finished node is never called again
@@ -224,7 +224,7 @@ class LocksTheDatabase(StepModel):
 
 
 def test_database_locked_mid_run_is_a_checkpoint_error_and_the_thread_resumes_after(tmp_path, monkeypatch):
-    monkeypatch.setattr("mas_orchestra.checkpoint.DEFAULT_LOCK_TIMEOUT_S", 0.3)
+    monkeypatch.setattr("mas_orchestra.runtime.checkpoint.DEFAULT_LOCK_TIMEOUT_S", 0.3)
     db = tmp_path / "runs.sqlite"
     sub = LocksTheDatabase(model_name="sub", db=str(db))
     orchestra = Orchestra(orchestrator(), sub, checkpointer=db, max_retries=0)

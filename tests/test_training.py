@@ -419,7 +419,7 @@ def test_grpo_config_mapping():
 
 
 def test_vllm_rollouts_get_the_one_piece_grammar():
-    from mas_orchestra.grammar import GrammarLimits, orchestration_grammar
+    from mas_orchestra.spec.grammar import GrammarLimits, orchestration_grammar
     from training.grpo import _orchestration_constraint, build_grpo_config
     from training.rewards import orchestra_registry
 
@@ -446,7 +446,7 @@ def _tiny_model(folder: Path) -> Path:
     """A 2-layer random Llama with the embedded model's tokenizer: the whole pipeline in seconds."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from mas_orchestra.hf_chat import embedded_model_dir
+    from mas_orchestra.models.embedded import embedded_model_dir
 
     src = embedded_model_dir()
     config = AutoConfig.from_pretrained(src)

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mas_orchestra.bench.grading import VALID_KINDS
 from mas_orchestra.errors import install_command
-from mas_orchestra.grading import VALID_KINDS
 
 __all__ = ["OrchestraGRPOConfig", "build_parser", "load_yaml", "parse_config"]
 

@@ -27,8 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mas_orchestra.datasets import read_rows
-from mas_orchestra.masbench import generate
+from mas_orchestra.bench.datasets import read_rows
+from mas_orchestra.bench.masbench import generate
 from mas_orchestra.prompts import orchestrator_messages
 from mas_orchestra.registry import AgentRegistry, default_registry
 
@@ -82,7 +82,7 @@ def load_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """Rows ``{id, question, answer: list[str], source}`` of a JSONL file (blank lines skipped; ids default to
     ``<stem>-<n>``, ``source`` to the stem).
 
-    Read by the reader evaluations use (:func:`mas_orchestra.datasets.read_rows`), so a bad row raises
+    Read by the reader evaluations use (:func:`mas_orchestra.bench.datasets.read_rows`), so a bad row raises
     :class:`~mas_orchestra.errors.DataError` (a ``ValueError``) naming the file and line. Repeated ids are
     allowed here (an eval refuses them: there they key the resume).
     """
@@ -99,7 +99,7 @@ def load_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 
 def load_masbench(axis: str, values: Sequence[int], n: int = 8, seed: int = 0, split: str = "train") -> list[dict]:
-    """MASBench problems generated on the fly (:func:`mas_orchestra.masbench.generate`)."""
+    """MASBench problems generated on the fly (:func:`mas_orchestra.bench.masbench.generate`)."""
     rows = generate(axis, list(values), n, seed, split)
     return [
         {"id": r["id"], "question": r["question"], "answer": _answers(r["answer"], r["id"]),

@@ -38,7 +38,7 @@ def resolve_orchestrator(model: str) -> str:
     """The path or model id GRPOTrainer loads: ``embedded`` → the cached SmolLM2 folder."""
     text = model.strip()
     if text.lower() == "embedded":
-        from mas_orchestra.hf_chat import embedded_model_dir
+        from mas_orchestra.models.embedded import embedded_model_dir
 
         return str(embedded_model_dir())
     if text.lower().startswith("hf:"):
@@ -76,8 +76,8 @@ def _flag(value: str, default: bool) -> bool:
 
 
 def _orchestration_constraint(cfg: OrchestraGRPOConfig, registry: Any) -> Any:
-    from mas_orchestra.constraints import OrchestrationConstraint
-    from mas_orchestra.grammar import GrammarLimits
+    from mas_orchestra.models.constraints import OrchestrationConstraint
+    from mas_orchestra.spec.grammar import GrammarLimits
 
     constraint = OrchestrationConstraint(dom=cfg.dom, registry=registry,  # type: ignore[arg-type]
                                          limits=GrammarLimits(max_agents=cfg.max_agents))
@@ -214,7 +214,7 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         peft_config=peft_config, callbacks=[timer],
     )
     if constraint is not None and not cfg.use_vllm:
-        from mas_orchestra.decoding import constrain_generate
+        from mas_orchestra.models.decoding import constrain_generate
 
         trainer.decoding_stats = constrain_generate(trainer.model, tokenizer, constraint)
     checkpoint = _resume_checkpoint(cfg)

@@ -47,12 +47,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from agents.base import message_text
+from mas_orchestra.bench.grading import VALID_KINDS, agrade
 from mas_orchestra.errors import SpecError
-from mas_orchestra.grading import VALID_KINDS, agrade
 from mas_orchestra.models import resolve_model
 from mas_orchestra.registry import AgentRegistry, offered_registry
 from mas_orchestra.runtime import Status, execute_spec
-from mas_orchestra.xml_format import parse_orchestration
+from mas_orchestra.settings import RunSettings
+from mas_orchestra.spec import check_dom, parse_orchestration
 
 __all__ = [
     "COST_METRICS",
@@ -222,9 +223,9 @@ class OutcomeReward:
         judge: Any = None,
         retry_initial_delay: float = 1.0,
         constrained: Any = None,
+        settings: RunSettings | None = None,
     ) -> None:
-        if dom not in ("high", "low"):
-            raise ValueError(f"dom must be 'high' or 'low', got {dom!r}")
+        self.dom = check_dom(dom)
         if grader not in VALID_KINDS:
             raise ValueError(f"unknown grader {grader!r}; valid: {', '.join(VALID_KINDS)}")
         if grader == "judge" and judge is None:
@@ -233,11 +234,13 @@ class OutcomeReward:
             raise ValueError(f"unknown cost_metric {cost_metric!r}; valid: {', '.join(COST_METRICS)}")
         if not isinstance(max_concurrency, int) or max_concurrency < 1:
             raise ValueError(f"max_concurrency must be an int >= 1, got {max_concurrency!r}")
-        if timeout is not None and timeout <= 0:
-            raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
+        #: How each multi-agent system runs (validated once here, handed whole to every execute_spec).
+        self.settings = RunSettings.of(
+            settings, timeout=timeout, max_retries=max_retries, call_timeout=call_timeout,
+            max_concurrency=graph_concurrency, retry_initial_delay=retry_initial_delay,
+        )
         self.subagent = resolve_model(subagent)
         self.judge = resolve_model(judge) if judge is not None else None
-        self.dom = dom
         self.grader = grader
         self.search = search
         self.registry = orchestra_registry(search, registry)
@@ -247,12 +250,7 @@ class OutcomeReward:
         self.final_answer_weight = float(final_answer_weight)
         self.execution_success_weight = float(execution_success_weight)
         self.max_concurrency = max_concurrency
-        self.timeout = timeout
-        self.max_retries = max_retries
-        self.call_timeout = call_timeout
-        self.graph_concurrency = graph_concurrency
         self.grade_timeout = grade_timeout
-        self.retry_initial_delay = retry_initial_delay
         self.constrained = constrained
         self.last_batch: dict[str, Any] | None = None
         self.history: list[dict[str, float]] = []
@@ -318,7 +316,7 @@ class OutcomeReward:
         text = completion_text(completion)
         truths = _truths(truth)
         try:
-            spec = parse_orchestration(text, dom=self.dom, registry=self.registry)  # type: ignore[arg-type]
+            spec = parse_orchestration(text, dom=self.dom, registry=self.registry)
         except SpecError as exc:
             record.status, record.error = Status.INVALID_SPEC.value, str(exc)
             return
@@ -326,9 +324,7 @@ class OutcomeReward:
         record.agent_counts = spec.agent_counts()
         outcome = await execute_spec(
             spec, str(question), model=self.subagent, search=self.search, registry=self.registry,
-            timeout=self.timeout, max_retries=self.max_retries, max_concurrency=self.graph_concurrency,
-            call_timeout=self.call_timeout, retry_initial_delay=self.retry_initial_delay, orchestration=text,
-            constrained=self.constrained,
+            settings=self.settings, orchestration=text, constrained=self.constrained,
         )
         usage = outcome.usage
         record.status = outcome.status.value
@@ -380,7 +376,7 @@ class OutcomeReward:
     def __repr__(self) -> str:
         return (
             f"OutcomeReward(dom={self.dom!r}, grader={self.grader!r}, subagent={type(self.subagent).__name__}, "
-            f"max_concurrency={self.max_concurrency}, timeout={self.timeout})"
+            f"max_concurrency={self.max_concurrency}, timeout={self.settings.timeout})"
         )
 
 
@@ -402,14 +398,16 @@ def make_outcome_reward(
 
     ``subagent``: the model every sub-agent runs on (a chat model or a model string, see
     :func:`mas_orchestra.models.resolve_model`). ``dom``: the degree of MAS the prompts asked for (the parser
-    mode). ``grader``: a :func:`mas_orchestra.grading.grade` kind. ``search``: a search backend for
+    mode). ``grader``: a :func:`mas_orchestra.bench.grading.grade` kind. ``search``: a search backend for
     WebSearchAgent nodes (without one the agent is not offered, see :func:`orchestra_registry`).
     ``max_concurrency``: multi-agent systems executed at once across the batch (the paper ran 128).
     ``timeout``: seconds one MAS may run before it scores 0 as ``timeout``. Further keywords:
     ``cost_metric`` (``subagent_calls`` | ``total_tokens`` | ``cost_usd``), ``call_timeout`` (one sub-agent
     call), ``graph_concurrency`` (model calls in flight inside one MAS), ``grade_timeout``, ``judge`` (the
     model for ``grader="judge"``), ``retry_initial_delay``, ``constrained`` (sub-agent replies under the reply
-    grammar, as :class:`mas_orchestra.Orchestra` takes it; None: on for local models).
+    grammar, as :class:`mas_orchestra.Orchestra` takes it; None: on for local models), ``settings`` (a
+    :class:`~mas_orchestra.settings.RunSettings` for each MAS; ``timeout``, ``max_retries``, ``call_timeout``,
+    ``graph_concurrency`` and ``retry_initial_delay`` override its fields).
     """
     return OutcomeReward(
         subagent=subagent, dom=dom, grader=grader, search=search, cost_weight=cost_weight,

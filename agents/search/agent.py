@@ -15,12 +15,16 @@ from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import Runnable
+from pydantic import Field
 
 from agents.base import (
+    DEFAULT_TEMPERATURE,
     Agent,
     AgentResult,
     CallSettings,
+    Params,
     ParsedReply,
+    Temperature,
     Usage,
     _invoke,
     ask,
@@ -32,13 +36,25 @@ from agents.base import (
 from agents.prompts import render
 from agents.search.backends import Hit, SearchBackend, asearch, make_backend
 
-__all__ = ["THINK_TOOL", "WEB_SEARCH_TOOL", "WebSearchAgent", "parse_search_request"]
+__all__ = ["THINK_TOOL", "WEB_SEARCH_TOOL", "SearchParams", "WebSearchAgent", "parse_search_request"]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_TEMPERATURE = 0.5
 DEFAULT_MAX_TURNS = 5
 DEFAULT_K = 5
+#: The most model turns and hits per search a spec may ask for.
+MAX_TURNS = 10
+MAX_K = 10
+
+
+class SearchParams(Params):
+    """What a spec may set for a search node."""
+
+    max_turns: int = Field(
+        DEFAULT_MAX_TURNS, ge=1, le=MAX_TURNS, description="Maximum model turns of the tool loop."
+    )
+    k: int = Field(DEFAULT_K, ge=1, le=MAX_K, description="Search results per query.")
+    temperature: Temperature = DEFAULT_TEMPERATURE
 
 WEB_SEARCH_TOOL: dict[str, Any] = {
     "type": "function",
@@ -146,6 +162,7 @@ class WebSearchAgent(Agent):
     """
 
     kind = "search"
+    params_model = SearchParams
 
     def __init__(
         self,

@@ -1,0 +1,123 @@
+"""``mas-orchestra eval`` and ``mas-orchestra pareto`` (registered by :func:`add_cli`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from mas_orchestra.bench.evaluation.common import BASELINE_KINDS, GRADERS, PARETO_FILE, SUMMARY_FILE, EvalInputError
+from mas_orchestra.bench.evaluation.plots import pareto_plot
+from mas_orchestra.bench.evaluation.runner import evaluate
+from mas_orchestra.bench.evaluation.summary import format_summary
+from mas_orchestra.errors import MissingExtraError
+
+__all__ = ["add_cli"]
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def _default_out(data: str) -> Path:
+    return Path("runs") / f"{Path(data).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _input_errors() -> tuple[type[BaseException], ...]:
+    """What bad input raises: printed as one line with exit 2, never a traceback."""
+    from mas_orchestra.errors import ConstrainedDecodingError
+    from mas_orchestra.models import MissingCredentialsError
+
+    return (EvalInputError, MissingCredentialsError, MissingExtraError, ConstrainedDecodingError, ValueError,
+            FileNotFoundError, ImportError, TypeError)
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    out = Path(args.out) if args.out else _default_out(args.data)
+    info = sys.stderr if args.json else sys.stdout  # --json keeps stdout pure JSON
+    print(f"run directory: {out}", file=info, flush=True)
+    errors = _input_errors()
+    try:
+        summary = evaluate(
+            args.data, orchestrator=args.orchestrator, subagent=args.subagent, dom=args.dom, samples=args.samples,
+            limit=args.limit, concurrency=args.concurrency, grader=args.grader, judge=args.judge_model,
+            out_dir=out, timeout=args.timeout, baseline=args.baseline, search=args.search,
+            progress=not args.no_progress and sys.stderr.isatty(), temperature=args.temperature,
+            force=args.force, constrained=args.constrained,
+        )
+    except errors as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(summary, indent=2, ensure_ascii=False))
+    else:
+        print(format_summary(summary))
+    return 0
+
+
+def _cmd_pareto(args: argparse.Namespace) -> int:
+    dirs = [Path(d) for d in args.dirs]
+    missing = [str(d) for d in dirs if not (d / SUMMARY_FILE).is_file()]
+    if missing:
+        print(f"error: no {SUMMARY_FILE} in {', '.join(missing)}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else dirs[0] / PARETO_FILE
+    try:
+        path = pareto_plot(dirs, out)
+    except MissingExtraError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
+
+
+def add_cli(sub: Any) -> None:
+    """Register ``eval`` and ``pareto`` on the main parser's subcommands."""
+    p = sub.add_parser("eval", help="evaluate an orchestrator or a baseline over a JSONL data set")
+    p.add_argument("--data", required=True, help="JSONL file with id, question, answer per row")
+    p.add_argument("--orchestrator", default="embedded", help="orchestrator model string (default: embedded)")
+    p.add_argument("--subagent", default="embedded", help="sub-agent model string (default: embedded)")
+    p.add_argument("--dom", choices=["high", "low"], default="high", help="degree of MAS (default high)")
+    p.add_argument("--samples", type=_positive_int, default=1, help="runs per question, k of avg@k (default 1)")
+    p.add_argument("--limit", type=_positive_int, default=None, help="evaluate only the first N rows")
+    p.add_argument("--concurrency", type=_positive_int, default=8, help="question-samples in flight (default 8)")
+    p.add_argument("--grader", choices=GRADERS, default="math", help="how answers are graded (default math)")
+    p.add_argument("--judge-model", default=None, help="model string of the judge for --grader judge")
+    p.add_argument("--out", default=None, help="run directory (default runs/<data-stem>-<timestamp>)")
+    p.add_argument("--timeout", type=_positive_float, default=None, help="bound on one run, seconds")
+    p.add_argument("--baseline", choices=BASELINE_KINDS, default=None,
+                   help="run this single-agent block instead of an orchestrator")
+    p.add_argument("--search", default=None, help="search backend: bm25:<corpus.jsonl> | ddg | tavily")
+    p.add_argument("--temperature", type=float, default=None,
+                   help="orchestrator temperature (the block's temperature with --baseline)")
+    from mas_orchestra.runtime.cli import add_constrained_flag
+
+    add_constrained_flag(p)
+    p.add_argument("--json", action="store_true", help="print summary.json on stdout")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (also off when stderr is no TTY)")
+    p.add_argument("--force", action="store_true", help="add to a run directory written with other arguments")
+    p.set_defaults(func=_cmd_eval)
+
+    p = sub.add_parser("pareto", help="plot accuracy against cost and LLM calls for eval run directories")
+    p.add_argument("dirs", nargs="+", help="run directories holding summary.json")
+    p.add_argument("--out", default=None, help="PNG path (default DIR/pareto.png of the first directory)")
+    p.set_defaults(func=_cmd_pareto)

@@ -1,0 +1,402 @@
+"""Running an eval: the plan, the resume, the runs in flight, grading, and the summary at the end."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import importlib.util
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from mas_orchestra.bench.evaluation.common import (
+    BASELINE_KINDS,
+    CONFIG_FILE,
+    CONFIG_VERSION,
+    GRADERS,
+    MAX_ORCHESTRATION_CHARS,
+    PARETO_FILE,
+    RESULTS_FILE,
+    SUMMARY_FILE,
+    EvalInputError,
+    _run_label,
+    load_rows,
+    log,
+)
+from mas_orchestra.bench.evaluation.plots import discover_run_dirs, pareto_plot
+from mas_orchestra.bench.evaluation.storage import (
+    _check_config,
+    _cut_partial_tail,
+    _dir_lock,
+    _ResultWriter,
+    _write_json,
+    read_results,
+)
+from mas_orchestra.bench.evaluation.summary import summarize
+from mas_orchestra.errors import MissingExtraError, install_command
+from mas_orchestra.registry import BASELINE_DEBATE_ROLES
+from mas_orchestra.settings import RunSettings
+from mas_orchestra.spec import check_dom
+
+__all__ = ["aevaluate", "evaluate"]
+
+_BASELINE_DEBATE_ROLES = BASELINE_DEBATE_ROLES  # the roles graphs.baselines gives its debate baseline too
+# Slack on top of the Math-Verify timeout: a fresh grading worker may take up to 120 s to import sympy,
+# and a judge model call needs a network round trip. Past it, the grade is False with the error recorded.
+_GRADE_SLACK_S = 150.0
+
+
+def _model_label(model: Any) -> str | None:
+    """How a model is written in config.json: its string, or class and model name for an object."""
+    if model is None:
+        return None
+    if isinstance(model, str):
+        return model.strip()
+    name = getattr(model, "model_name", None) or getattr(model, "model", None)
+    return f"{type(model).__name__}:{name}" if isinstance(name, str) and name else type(model).__name__
+
+
+def _baseline_spec(kind: str, temperature: float | None) -> Any:
+    """The one-node baseline spec, as graphs.baselines.baseline_spec builds it (that layer is above us)."""
+    from mas_orchestra.registry import default_registry
+    from mas_orchestra.spec import spec_from_data
+
+    agent = default_registry.get(kind)
+    params: dict[str, Any] = {}
+    if agent.name == "debate":
+        params["roles"] = list(_BASELINE_DEBATE_ROLES)
+    if temperature is not None and "temperature" in agent.params.model_fields:
+        params["temperature"] = temperature
+    return spec_from_data({"dom": "low", "nodes": [{"id": agent.name, "agent": agent.name, "input": "",
+                                                     "params": params}]})
+
+
+class _ModelCache:
+    """Resolve each model string once, so ``--orchestrator embedded --subagent embedded`` loads one model."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, Any] = {}
+
+    def __call__(self, model: Any) -> Any:
+        from mas_orchestra.models import resolve_model
+
+        if not isinstance(model, str):
+            return resolve_model(model)
+        key = model.strip()
+        if key not in self._cache:
+            self._cache[key] = resolve_model(key)
+        return self._cache[key]
+
+
+Runner = Callable[[str], Awaitable[Any]]
+
+
+def _make_runner(
+    *,
+    orchestrator: Any,
+    subagent: Any,
+    dom: str,
+    baseline: str | None,
+    search: Any,
+    settings: RunSettings,
+    temperature: float | None,
+    models: _ModelCache,
+    constrained: Any = None,
+) -> Runner:
+    """One Orchestra (or one resolved sub-agent model for a baseline), reused for every question."""
+    from mas_orchestra.runtime import Orchestra, execute_spec
+
+    sub_model = models(subagent)
+    if baseline:
+        spec = _baseline_spec(baseline, temperature)
+
+        async def run_baseline(question: str) -> Any:
+            return await execute_spec(spec, question, model=sub_model, search=search, settings=settings,
+                                      constrained=constrained)
+
+        return run_baseline
+    orchestra = Orchestra(
+        models(orchestrator), sub_model, dom,  # type: ignore[arg-type]
+        search=search, settings=settings, orchestrator_temperature=temperature, constrained=constrained,
+    )
+    return orchestra.arun
+
+
+def _failed_outcome(question: str, exc: BaseException) -> Any:
+    from mas_orchestra.runtime import Outcome, Status
+
+    return Outcome(status=Status.EXEC_ERROR, question=question, error=f"eval: {type(exc).__name__}: {exc}")
+
+
+def _record(row: Mapping[str, Any], sample: int, outcome: Any, correct: bool, grade_error: str | None) -> dict:
+    orchestration = outcome.orchestration or ""
+    return {
+        "id": row["id"],
+        "sample": sample,
+        "question": row["question"],
+        "status": outcome.status.value,
+        "valid": bool(outcome.valid),
+        "answer": outcome.answer,
+        "truth": row["answer"],
+        "correct": bool(correct),
+        "usage": outcome.usage.model_dump(mode="json"),
+        "spec": outcome.spec.model_dump(mode="json") if outcome.spec is not None else None,
+        "error": outcome.error,
+        "failed_node": outcome.failed_node,
+        "grade_error": grade_error,
+        "orchestration": orchestration[:MAX_ORCHESTRATION_CHARS],
+        "orchestration_chars": len(orchestration),
+    }
+
+
+def _progress_bar(total: int, initial: int, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        log.warning("tqdm is not installed (%s); no progress bar", install_command("eval"))
+        return None
+    return tqdm(total=total, initial=initial, desc="eval", unit="run", file=sys.stderr, dynamic_ncols=True,
+                leave=True)
+
+
+def _check_arguments(
+    grader: str, dom: str, samples: int, concurrency: int, baseline: str | None, limit: int | None, judge: Any,
+) -> None:
+    if grader not in GRADERS:
+        raise EvalInputError(f"unknown grader {grader!r}; valid graders: {', '.join(GRADERS)}")
+    try:
+        check_dom(dom)
+    except ValueError as exc:
+        raise EvalInputError(str(exc)) from None
+    for name, value in (("samples", samples), ("concurrency", concurrency)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise EvalInputError(f"{name} must be an integer >= 1, got {value!r}")
+    if limit is not None and (not isinstance(limit, int) or limit < 1):
+        raise EvalInputError(f"limit must be an integer >= 1, got {limit!r}")
+    if baseline is not None and baseline not in BASELINE_KINDS:
+        raise EvalInputError(f"unknown baseline {baseline!r}; valid: {', '.join(BASELINE_KINDS)}")
+    if grader == "judge" and judge is None:
+        raise EvalInputError("grader 'judge' needs a judge model (--judge-model M / judge=...)")
+    if grader == "math" and importlib.util.find_spec("math_verify") is None:
+        raise MissingExtraError("grader 'math' (Math-Verify)", "grading", "math_verify")
+
+
+async def aevaluate(
+    rows: str | os.PathLike[str] | Iterable[Mapping[str, Any]],
+    *,
+    orchestrator: Any = None,
+    subagent: Any,
+    dom: str = "high",
+    samples: int = 1,
+    concurrency: int = 8,
+    grader: str = "math",
+    judge: Any = None,
+    out_dir: str | os.PathLike[str],
+    timeout: float | None = None,
+    baseline: str | None = None,
+    search: Any = None,
+    progress: bool = True,
+    temperature: float | None = None,
+    limit: int | None = None,
+    force: bool = False,
+    data_name: str | None = None,
+    max_retries: int | None = None,
+    call_timeout: float | None = None,
+    grade_timeout: float = 10.0,
+    plot: bool = True,
+    constrained: Any = None,
+    settings: RunSettings | None = None,
+) -> dict[str, Any]:
+    """Evaluate ``rows`` (a JSONL path or dicts) and return the summary (also written to ``out_dir``).
+
+    ``orchestrator``/``subagent``/``judge``: model strings or chat models (``orchestrator`` defaults to
+    ``embedded``; it is unused when ``baseline`` names a block). ``samples`` runs per question;
+    ``concurrency`` bounds the question-samples running at once; ``limit`` keeps the first rows;
+    ``timeout`` bounds one run in seconds; ``search`` is a backend or a backend string
+    (``bm25:<corpus.jsonl>``, ``ddg``, ``tavily``). Existing results in ``out_dir`` are resumed (see the
+    module docstring); ``force`` accepts a directory written with other identity arguments.
+    ``data_name`` names in-memory rows in config.json (a path names itself). ``plot=False`` skips
+    pareto.png. ``constrained``: constrained decoding of orchestrations and sub-agent replies, as
+    :class:`~mas_orchestra.runtime.Orchestra` takes it (None: on for local models). ``settings``: the
+    bounds and retries of each run (:class:`~mas_orchestra.settings.RunSettings`); ``timeout``,
+    ``max_retries`` and ``call_timeout``, when given, override its fields.
+
+    Raises :class:`EvalInputError` (bad rows/arguments, :class:`ConfigMismatchError`),
+    ``MissingCredentialsError`` / ``MissingExtraError`` / ``ValueError`` from model or backend strings.
+    A failing run or grading never raises: it is recorded in its line.
+    """
+    started = time.perf_counter()
+    _check_arguments(grader, dom, samples, concurrency, baseline, limit, judge)
+    try:
+        settings = RunSettings.of(settings, timeout=timeout, max_retries=max_retries, call_timeout=call_timeout)
+    except ValueError as exc:  # an eval reports every bad argument as EvalInputError (the CLI's exit 2)
+        raise EvalInputError(str(exc)) from None
+    if baseline == "search" and search is None:
+        raise EvalInputError("baseline 'search' needs a search backend: --search bm25:<corpus.jsonl>|ddg|tavily")
+    if isinstance(rows, (str, os.PathLike)):
+        data_label: str = str(Path(rows).resolve())
+    else:
+        data_label = data_name or "<rows>"
+    all_rows = load_rows(rows)
+    plan_rows = all_rows[:limit] if limit is not None else all_rows
+    if orchestrator is None and not baseline:
+        orchestrator = "embedded"
+    orch_label = None if baseline else _model_label(orchestrator)
+    now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    config: dict[str, Any] = {
+        "version": CONFIG_VERSION,
+        "label": _run_label(baseline, orch_label),
+        "data": data_label,
+        "orchestrator": orch_label,
+        "subagent": _model_label(subagent),
+        "dom": None if baseline else dom,
+        "grader": grader,
+        "judge_model": _model_label(judge) if grader == "judge" else None,
+        "baseline": baseline,
+        "search": _model_label(search),
+        "samples": samples,
+        "limit": limit,
+        "rows": len(plan_rows),
+        "concurrency": concurrency,
+        "timeout": settings.timeout,
+        "temperature": temperature,
+        "constrained": constrained,
+        "grade_timeout": grade_timeout,
+        "created": now,
+        "updated": now,
+    }
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results_path = out / RESULTS_FILE
+    with _dir_lock(out):
+        config = _check_config(out, config, force)
+        _write_json(out / CONFIG_FILE, config)
+        _cut_partial_tail(results_path)
+        done = read_results(results_path)
+        plan = [(row, s) for row in plan_rows for s in range(samples)]
+        pending = [(row, s) for row, s in plan if (row["id"], s) not in done]
+        log.info("%s: %d runs planned, %d already done, %d to run", out, len(plan), len(plan) - len(pending),
+                 len(pending))
+        if pending:
+            await _run_pending(
+                pending, plan, done, results_path, orchestrator=orchestrator, subagent=subagent, dom=dom,
+                baseline=baseline, search=search, settings=settings, temperature=temperature,
+                concurrency=concurrency, grader=grader, judge=judge, grade_timeout=grade_timeout,
+                progress=progress, constrained=constrained,
+            )
+        summary = summarize(read_results(results_path).values(), config=config,
+                            elapsed_s=time.perf_counter() - started)
+        summary["out_dir"] = str(out)
+        _write_json(out / SUMMARY_FILE, summary)
+    if plot:
+        try:
+            pareto_plot(discover_run_dirs(out), out / PARETO_FILE)
+        except MissingExtraError as exc:
+            log.warning("no %s: %s", PARETO_FILE, exc)
+        except Exception as exc:  # a plot is never a reason to lose an eval's summary
+            log.warning("could not draw %s: %r", out / PARETO_FILE, exc)
+    return summary
+
+
+async def _run_pending(
+    pending: list[tuple[dict[str, Any], int]],
+    plan: list[tuple[dict[str, Any], int]],
+    done: dict[tuple[str, int], dict[str, Any]],
+    results_path: Path,
+    *,
+    orchestrator: Any,
+    subagent: Any,
+    dom: str,
+    baseline: str | None,
+    search: Any,
+    settings: RunSettings,
+    temperature: float | None,
+    concurrency: int,
+    grader: str,
+    judge: Any,
+    grade_timeout: float,
+    progress: bool,
+    constrained: Any = None,
+) -> None:
+    from mas_orchestra.bench.grading import agrade
+
+    models = _ModelCache()
+    if isinstance(search, str):
+        from agents.search import make_backend
+
+        search = make_backend(search)
+    judge_model = models(judge) if grader == "judge" else None
+    runner = _make_runner(
+        orchestrator=orchestrator, subagent=subagent, dom=dom, baseline=baseline, search=search, settings=settings,
+        temperature=temperature, models=models, constrained=constrained,
+    )
+    deadline = grade_timeout + _GRADE_SLACK_S
+
+    async def grade(answer: str | None, row: Mapping[str, Any]) -> tuple[bool, str | None]:
+        if answer is None:  # nothing to grade: a failed run is simply wrong
+            return False, None
+        try:
+            ok = await asyncio.wait_for(
+                agrade(answer, row["answer"], grader, question=row["question"], judge=judge_model,
+                       timeout=grade_timeout),
+                deadline,
+            )
+        except (asyncio.TimeoutError, TimeoutError):
+            return False, f"grading timed out after {deadline:.0f} s"
+        except Exception as exc:  # a judge API failure or a bad truth is recorded, never fatal
+            return False, f"{type(exc).__name__}: {exc}"
+        return bool(ok), None
+
+    plan_keys = {(row["id"], s) for row, s in plan}
+    finished = sum(key in plan_keys for key in done)
+    n_correct = sum(bool(rec.get("correct")) for key, rec in done.items() if key in plan_keys)
+    bar = _progress_bar(len(plan), finished, progress)
+    if bar is not None and finished:
+        bar.set_postfix_str(f"acc={n_correct / finished:.1%}", refresh=False)
+    writer = _ResultWriter(results_path)
+    work = iter(pending)
+
+    async def worker() -> None:
+        nonlocal finished, n_correct
+        # Pulling from one shared iterator: at most `concurrency` runs in flight, in data order, without
+        # creating a task per pending pair up front.
+        for row, sample in work:
+            try:
+                outcome = await runner(row["question"])
+            except Exception as exc:  # the runtime promises outcomes; a bug there must not sink the eval
+                log.warning("run %s/%d raised %r", row["id"], sample, exc)
+                outcome = _failed_outcome(row["question"], exc)
+            correct, grade_error = await grade(outcome.answer, row)
+            await writer.write(_record(row, sample, outcome, correct, grade_error))
+            finished += 1
+            n_correct += correct
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix_str(f"acc={n_correct / finished:.1%}")
+
+    tasks = [asyncio.ensure_future(worker()) for _ in range(min(concurrency, len(pending)))]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        writer.close()
+        if bar is not None:
+            bar.close()
+
+
+def evaluate(
+    rows: str | os.PathLike[str] | Iterable[Mapping[str, Any]], **kwargs: Any
+) -> dict[str, Any]:
+    """Synchronous :func:`aevaluate` (not from inside a running event loop)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(aevaluate(rows, **kwargs))
+    raise RuntimeError("evaluate() called inside a running event loop; use `await aevaluate(...)`")

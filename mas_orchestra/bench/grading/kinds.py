@@ -1,0 +1,165 @@
+"""The grading kinds and the public API: :func:`grade`, :func:`score`, :func:`agrade`."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+from collections.abc import Sequence
+from typing import Any
+
+from agents.base import message_text
+from agents.errors import MissingExtraError
+from mas_orchestra.bench.grading.answers import (
+    exact_match,
+    extract_boxed,
+    judge_messages,
+    math_key,
+    mcq_match,
+    mv_gold,
+    mv_pred,
+    parse_judge_reply,
+    token_f1,
+)
+from mas_orchestra.bench.grading.bounded import verify_bounded
+
+__all__ = ["F1_PASS", "VALID_KINDS", "Truth", "agrade", "grade", "score"]
+
+VALID_KINDS: tuple[str, ...] = ("math", "exact", "f1", "mcq", "judge")
+F1_PASS = 0.8
+Truth = str | Sequence[str]
+
+
+def _pairs_for(prediction: str, truths: list[str]) -> list[tuple[str, bool]] | None:
+    """(prediction part, is_boxed) per truth, or None when the prediction has too few boxes."""
+    if len(truths) == 1:
+        return [(prediction, bool(extract_boxed(prediction)))]
+    boxes = extract_boxed(prediction)
+    if len(boxes) < len(truths):
+        return None
+    return [(b, True) for b in boxes[-len(truths) :]]
+
+
+def _grade_math(prediction: str, truths: list[str], timeout: float) -> bool:
+    parts = _pairs_for(prediction, truths)
+    if parts is None:
+        return False
+    pending: list[list[str]] = []
+    for (pred, boxed), gold in zip(parts, truths, strict=True):
+        if math_key(pred) and math_key(pred) == math_key(gold):
+            continue  # cheap path: no sympy needed
+        pending.append([mv_gold(gold), mv_pred(pred, boxed)])
+    if not pending:
+        return True
+    if importlib.util.find_spec("math_verify") is None:
+        raise _missing_math_verify()
+    try:
+        return verify_bounded(pending, timeout)
+    except ImportError as exc:  # thread mode imports math_verify in this process
+        raise _missing_math_verify() from exc
+
+
+def _missing_math_verify() -> MissingExtraError:
+    """The typed missing-extra error (an ImportError) naming ``pip install 'mas-orchestra[grading]'``."""
+    return MissingExtraError("kind='math' grading (Math-Verify)", "grading", "math-verify")
+
+
+def _check(truth: Truth, kind: str) -> list[str]:
+    if kind not in VALID_KINDS:
+        raise ValueError(f"unknown grading kind {kind!r}; valid kinds: {', '.join(VALID_KINDS)}")
+    truths = [truth] if isinstance(truth, str) else list(truth)
+    if not truths or not all(isinstance(t, str) for t in truths):
+        raise ValueError("truth must be a string or a non-empty list of strings")
+    return truths
+
+
+def _per_part(prediction: str, truths: list[str]) -> list[tuple[str, str]] | None:
+    """(prediction part, truth) pairs for the non-math kinds; None if too few boxes."""
+    if len(truths) == 1:
+        return [(prediction, truths[0])]
+    boxes = extract_boxed(prediction)
+    if len(boxes) < len(truths):
+        return None
+    return list(zip(boxes[-len(truths) :], truths, strict=True))
+
+
+def grade(
+    prediction: str,
+    truth: Truth,
+    kind: str = "math",
+    *,
+    question: str | None = None,
+    judge: Any = None,
+    timeout: float = 5.0,
+) -> bool:
+    """Whether ``prediction`` answers correctly; see the module docstring for each kind.
+
+    ``truth`` is one answer or, for multi-answer tasks, a list that the prediction's last ``len(truth)``
+    boxes must match in order. ``timeout`` bounds Math-Verify (seconds, not counting a worker's one-off
+    start-up); a check that runs out of time grades False. ``question`` and ``judge`` are required for
+    ``kind="judge"``; errors raised by the judge model propagate (an API failure is not a wrong answer).
+    Raises ValueError for an unknown kind, an empty truth, or an mcq truth without a letter, and
+    ImportError (``pip install 'mas-orchestra[grading]'``) if kind="math" needs Math-Verify and it is
+    missing.
+    """
+    truths = _check(truth, kind)
+    prediction = "" if prediction is None else str(prediction)
+    if kind == "math":
+        return _grade_math(prediction, truths, timeout)
+    if kind == "judge":
+        if question is None or judge is None:
+            raise ValueError("kind='judge' needs question= and judge=")
+        return parse_judge_reply(message_text(judge.invoke(judge_messages(question, prediction, truths))))
+    parts = _per_part(prediction, truths)
+    if parts is None:
+        return False
+    if kind == "exact":
+        return all(exact_match(p, t) for p, t in parts)
+    if kind == "f1":
+        return all(exact_match(p, t) or token_f1(p, t) >= F1_PASS for p, t in parts)
+    return all(mcq_match(p, t) for p, t in parts)
+
+
+def score(
+    prediction: str,
+    truth: Truth,
+    kind: str = "f1",
+    *,
+    question: str | None = None,
+    judge: Any = None,
+    timeout: float = 5.0,
+) -> float:
+    """A number in [0, 1]: token F1 for ``kind="f1"`` (the mean over the answers of a multi-answer truth,
+    0 if boxes are missing), else 1.0 if ``grade`` says correct and 0.0 otherwise."""
+    if kind == "f1":
+        truths = _check(truth, kind)
+        parts = _per_part("" if prediction is None else str(prediction), truths)
+        if parts is None:
+            return 0.0
+        return sum(token_f1(p, t) for p, t in parts) / len(parts)
+    return float(grade(prediction, truth, kind, question=question, judge=judge, timeout=timeout))
+
+
+async def agrade(
+    prediction: str,
+    truth: Truth,
+    kind: str = "math",
+    *,
+    question: str | None = None,
+    judge: Any = None,
+    timeout: float = 5.0,
+) -> bool:
+    """Async ``grade``: the judge is awaited through ``ainvoke`` (if it has one); other kinds run
+    ``grade`` in a worker thread so the event loop is never blocked by Math-Verify."""
+    if kind == "judge":
+        truths = _check(truth, kind)
+        if question is None or judge is None:
+            raise ValueError("kind='judge' needs question= and judge=")
+        messages = judge_messages(question, "" if prediction is None else str(prediction), truths)
+        if hasattr(judge, "ainvoke"):
+            reply = await judge.ainvoke(messages)
+        else:
+            reply = await asyncio.to_thread(judge.invoke, messages)
+        return parse_judge_reply(message_text(reply))
+    return await asyncio.to_thread(
+        grade, prediction, truth, kind, question=question, judge=judge, timeout=timeout
+    )

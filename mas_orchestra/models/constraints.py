@@ -1,0 +1,312 @@
+"""Constrained decoding: what an orchestrator or sub-agent call must produce, and how each backend is told.
+
+An :class:`OutputConstraint` describes the output (an orchestration of a DoM over a set of agent kinds, or
+the sub-agent reply contract). :func:`bind_constraint` attaches it to a chat model in the way its backend
+understands:
+
+* local transformers models (``embedded``, ``hf:``; :class:`~mas_orchestra.models.hf_chat.HFChatModel`): the
+  constraint itself, applied token by token with xgrammar (staged for orchestrations, so even the
+  "``${X}`` needs an edge X -> Y" rule holds; see :mod:`mas_orchestra.spec.grammar`);
+* ``vllm:`` servers: the one-piece EBNF grammar in the request's ``structured_outputs`` field;
+* OpenAI-style APIs (``openai:``, ``together:``): ``response_format`` with a strict JSON schema of the JSON
+  form (orchestrations come back as our JSON spec; replies as ``{"thinking", "answer"}``).
+
+Any other model cannot be constrained: :func:`bind_constraint` raises :class:`ConstrainedDecodingError`
+naming the backend and the switch (``constrained=False`` / ``--no-constrained``), unless falling back was
+asked for explicitly (``fallback=True``), which logs a warning. Nothing here imports torch or xgrammar.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from langchain_core.runnables import Runnable
+
+from mas_orchestra.errors import ConstrainedDecodingError
+from mas_orchestra.registry import AgentRegistry, default_registry
+from mas_orchestra.spec import Dom
+from mas_orchestra.spec.grammar import (
+    EDGE_MARKER,
+    REPLY_CLOSE,
+    REPLY_END,
+    GrammarLimits,
+    agent_markup_chars,
+    agent_stage_grammar,
+    agent_text_chars,
+    edge_grammar,
+    edges_chars,
+    orchestration_grammar,
+    orchestration_json_schema,
+    reply_closing_grammar,
+    reply_grammar,
+    reply_json_schema,
+    thinking_grammar,
+)
+
+__all__ = [
+    "BACKEND_METADATA_KEY",
+    "MARKUP_CHARS_PER_TOKEN",
+    "Backend",
+    "ConstrainedSetting",
+    "OrchestrationConstraint",
+    "OutputConstraint",
+    "ReplyConstraint",
+    "bind_constraint",
+    "constraint_mode",
+    "reply_constrainer",
+    "structured_output_backend",
+]
+
+log = logging.getLogger(__name__)
+
+#: ``model.metadata[BACKEND_METADATA_KEY]`` says how a chat model takes structured-output requests;
+#: ``resolve_model`` sets it for the model strings it builds (``vllm``, ``openai``).
+BACKEND_METADATA_KEY = "mas_orchestra_backend"
+
+Backend = Literal["local", "vllm", "openai"]
+
+
+@dataclass(frozen=True, eq=False)
+class OutputConstraint:
+    """Base of constraints: a grammar per token budget, optional stages, and a JSON schema."""
+
+    name: str = "output"
+
+    def grammar(self, max_tokens: int | None = None, *, staged: bool = False) -> str:
+        """The EBNF grammar (``root`` rule) for a call that may generate ``max_tokens`` tokens."""
+        raise NotImplementedError
+
+    def next_stage(self, text: str, remaining: int | None = None) -> str | None:
+        """Grammar to continue with once the current one completed on ``text`` with ``remaining`` tokens
+        left (staged decoding), or None when the output is complete."""
+        return None
+
+    def reserve_tokens(self, max_tokens: int | None) -> int:
+        """When this many tokens are left, :meth:`closing_grammar` may take over (0 = never)."""
+        return 0
+
+    def closing_grammar(self, text: str, remaining: int) -> str | None:
+        """A grammar that finishes ``text`` within ``remaining`` tokens, or None to keep the current one."""
+        return None
+
+    def json_schema(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+#: Forced markup (tags) is assumed written at >= this many characters per token when a stage is fitted to
+#: the token budget (canonical tokenizations of the tags do about 4); free text is counted at one per token.
+MARKUP_CHARS_PER_TOKEN = 3
+
+
+def _markup_tokens(chars: int) -> int:
+    return -(-chars // MARKUP_CHARS_PER_TOKEN)
+
+
+@dataclass(frozen=True, eq=False)
+class OrchestrationConstraint(OutputConstraint):
+    """Orchestrations of one DoM over a registry's kinds, within :class:`GrammarLimits`.
+
+    Local decoding runs in stages — the thinking; then, agent by agent, "write agent k" or (when allowed)
+    "stop" / "go to the edges"; then the edges, built from the references the agents wrote — and fits every
+    stage to the tokens left: an agent is offered only if it and the largest edge block still fit, with its
+    text bounds scaled down as the budget shrinks. So a staged orchestration is complete and valid within
+    ``max_new_tokens``.
+    """
+
+    name: str = "orchestration"
+    dom: Dom = "high"
+    registry: AgentRegistry = field(default_factory=lambda: default_registry)
+    limits: GrammarLimits = field(default_factory=GrammarLimits)
+
+    def grammar(self, max_tokens: int | None = None, *, staged: bool = False) -> str:
+        if not staged:
+            return orchestration_grammar(self.dom, self.registry, self.limits)
+        chars = self.limits.thinking_chars
+        if max_tokens is not None:
+            chars = min(chars, max(0, max_tokens // 4))
+        return thinking_grammar(chars)
+
+    def next_stage(self, text: str, remaining: int | None = None) -> str | None:
+        if text.endswith(EDGE_MARKER):
+            return edge_grammar(text)
+        if text.endswith("</thinking>"):
+            k = 1
+        elif text.endswith("</agent>") and self.dom == "high":
+            k = text.count("</agent>") + 1
+        else:
+            return None  # the orchestration is complete
+        done = k - 1
+        limits, fits = self._fitted(k, remaining)
+        agent = k <= self.limits.max_agents and fits
+        # Not even one agent fits the tokens left: answer directly (valid in both DoMs).
+        direct = done == 0 and not agent
+        return agent_stage_grammar(k, self.dom, self.registry, limits, agent=agent, stop=done == 1, edges=done >= 2,
+                                   direct_answer=direct and self.dom == "high")
+
+    def _fitted(self, k: int, remaining: int | None) -> tuple[GrammarLimits, bool]:
+        """Limits for agent k scaled to the budget, and whether agent k fits at all."""
+        if remaining is None:
+            return self.limits, True
+        markup = agent_markup_chars(k, self.dom, self.registry) + edges_chars(k if self.dom == "high" else 0)
+        available = remaining - _markup_tokens(markup) - 2  # 2: the end-of-text token and slack
+        scale = min(1.0, max(0.0, available / agent_text_chars(self.registry, self.limits)))
+        while True:  # shrink until it fits: per-item constants (list quotes) do not scale with the bounds
+            limits = self._scaled(scale, remaining)
+            if agent_text_chars(self.registry, limits) <= available or scale == 0.0:
+                break
+            scale = scale * 0.9 if scale > 0.01 else 0.0
+        return limits, agent_text_chars(self.registry, limits) <= available
+
+    def _scaled(self, scale: float, remaining: int) -> GrammarLimits:
+        def shrink(value: int) -> int:
+            return max(1, int(value * scale))
+
+        return replace(
+            self.limits,
+            description_chars=shrink(self.limits.description_chars),
+            input_chars=shrink(self.limits.input_chars),
+            string_param_chars=shrink(self.limits.string_param_chars),
+            answer_chars=max(1, min(self.limits.answer_chars, remaining - 8)),
+        )
+
+    def max_tokens_hint(self) -> int:
+        """Tokens within which the unscaled limits always fit (a generous ``max_new_tokens``)."""
+        n = 1 if self.dom == "low" else self.limits.max_agents
+        markup = sum(agent_markup_chars(k, self.dom, self.registry) for k in range(1, n + 1)) + edges_chars(n)
+        return (self.limits.thinking_chars + n * agent_text_chars(self.registry, self.limits)
+                + _markup_tokens(markup + 30) + 8)
+
+    def json_schema(self) -> dict[str, Any]:
+        return orchestration_json_schema(self.dom, self.registry, self.limits)
+
+
+@dataclass(frozen=True, eq=False)
+class ReplyConstraint(OutputConstraint):
+    """The sub-agent reply contract ``<thinking>…</thinking><answer>…</answer>``, fitted to the token budget.
+
+    With a budget of ``max_tokens``, the answer may take ``min(answer_chars, max_tokens // 4)`` characters
+    and that many tokens plus the closing markup (counted at one token per character) are reserved for it:
+    when only the reserve is left and the thinking is still open, decoding is switched to a grammar that
+    closes it and writes the answer — so a reply is complete even when the model would have reasoned past
+    its budget.
+    """
+
+    name: str = "reply"
+    thinking_chars: int = 4000
+    answer_chars: int = 200
+
+    def _answer_chars(self, max_tokens: int | None) -> int:
+        return self.answer_chars if max_tokens is None else max(4, min(self.answer_chars, max_tokens // 4))
+
+    def grammar(self, max_tokens: int | None = None, *, staged: bool = False) -> str:
+        return reply_grammar(self.thinking_chars, self._answer_chars(max_tokens))
+
+    def reserve_tokens(self, max_tokens: int | None) -> int:
+        # Counted at one token per character, markup included: the closing fits however it is tokenized.
+        return 0 if max_tokens is None else self._answer_chars(max_tokens) + len(REPLY_CLOSE) + len(REPLY_END) + 2
+
+    def closing_grammar(self, text: str, remaining: int) -> str | None:
+        if "</thinking>" in text or not text.startswith("<thinking>"):
+            return None  # already answering (its length is bounded), or not started: nothing to cut
+        # The text may end inside the closing tag ("…</thin"): continue the tag rather than restart it.
+        keep = next((n for n in range(len(REPLY_CLOSE), 0, -1) if text.endswith(REPLY_CLOSE[:n])), 0)
+        chars = max(1, min(self.answer_chars, remaining - (len(REPLY_CLOSE) - keep) - len(REPLY_END) - 1))
+        return f"root ::= {reply_closing_grammar(REPLY_CLOSE[keep:], chars)}\n"
+
+    def json_schema(self) -> dict[str, Any]:
+        return reply_json_schema()
+
+
+
+
+def structured_output_backend(model: Any) -> Backend | None:
+    """How ``model`` takes constraints: ``local``, ``vllm``, ``openai``, or None (it cannot)."""
+    inner = model
+    for _ in range(5):  # unwrap RunnableRetry / RunnableBinding layers
+        bound = getattr(inner, "bound", None)
+        if bound is None:
+            break
+        inner = bound
+    if getattr(inner, "supports_grammar_constraints", False):
+        return "local"
+    metadata = getattr(inner, "metadata", None) or {}
+    backend = metadata.get(BACKEND_METADATA_KEY)
+    if backend in ("vllm", "openai"):
+        return backend  # type: ignore[no-any-return]
+    return None
+
+
+def _backend_name(model: Any) -> str:
+    return type(getattr(model, "bound", None) or model).__name__
+
+
+def bind_constraint(
+    model: Runnable, constraint: OutputConstraint, *, max_tokens: int | None = None, fallback: bool = False
+) -> Runnable:
+    """``model`` bound so that its replies follow ``constraint``.
+
+    Raises :class:`ConstrainedDecodingError` when the backend cannot take it — unless ``fallback`` is true,
+    in which case the warning is logged and ``model`` is returned unconstrained.
+    """
+    backend = structured_output_backend(model)
+    if backend == "local":
+        return model.bind(constraint=constraint)
+    if backend == "vllm":
+        # vLLM's structured-output request field; the whole grammar in one piece (no staging over HTTP).
+        return model.bind(extra_body={"structured_outputs": {"grammar": constraint.grammar(max_tokens)}})
+    if backend == "openai":
+        schema = constraint.json_schema()
+        return model.bind(response_format={
+            "type": "json_schema",
+            "json_schema": {"name": f"mas_orchestra_{constraint.name}", "schema": schema, "strict": True},
+        })
+    message = (
+        f"{_backend_name(model)} cannot decode under a grammar or JSON schema ({constraint.name}); constrained "
+        "decoding works with embedded / hf: models, vllm: servers and openai:/together: APIs. Turn it off with "
+        "constrained=False (CLI: --no-constrained), or pass constrained='auto' to fall back with a warning"
+    )
+    if fallback:
+        log.warning("%s; running unconstrained", message)
+        return model
+    raise ConstrainedDecodingError(message)
+
+
+ConstrainedSetting = Literal["auto"] | bool | None
+
+
+def constraint_mode(setting: ConstrainedSetting, model: Any) -> Literal["on", "off", "fallback"]:
+    """What a ``constrained=`` setting means for ``model``.
+
+    ``None`` (the default): on for local models (embedded, hf:), off for the rest; ``True``: on, and a
+    backend that cannot do it is an error; ``False``: off; ``"auto"``: on where the backend can, elsewhere
+    off with a logged warning.
+    """
+    if setting is None:
+        return "on" if structured_output_backend(model) == "local" else "off"
+    if setting is False:
+        return "off"
+    if setting is True:
+        return "on"
+    if setting == "auto":
+        return "fallback"
+    raise ValueError(f"constrained must be True, False, 'auto' or None, got {setting!r}")
+
+
+def reply_constrainer(mode: Literal["on", "off", "fallback"], model: Any = None) -> Any:
+    """The ``CallSettings.constrain_reply`` hook for a mode (None when off).
+
+    With ``model``, checks now that its backend can take the reply constraint (raising
+    :class:`ConstrainedDecodingError` in mode ``on``), rather than at the first sub-agent call.
+    """
+    if mode == "off":
+        return None
+    fallback = mode == "fallback"
+    if model is not None:
+        bind_constraint(model, ReplyConstraint(), fallback=fallback)
+
+    def constrain(target: Runnable, max_tokens: int | None) -> Runnable:
+        return bind_constraint(target, ReplyConstraint(), max_tokens=max_tokens, fallback=fallback)
+
+    return constrain

@@ -1,0 +1,208 @@
+"""Grammar-constrained generation for local transformers models, with xgrammar (runs on CPU and GPU).
+
+:class:`ConstrainedLogitsProcessor` masks, at every step and for every row of a batch, the tokens that
+would leave an :class:`~mas_orchestra.models.constraints.OutputConstraint`'s grammar. It also runs the
+constraint's stages: when a staged orchestration grammar completes at ``<edge>``, the row continues under
+the edge grammar built from what it wrote; when a reply is about to run out of tokens, it switches to a
+grammar that closes the reasoning and writes the answer. Used by ``HFChatModel`` (``constraint=`` per call)
+and by GRPO training rollouts (:func:`constrain_generate`).
+
+Imports torch, transformers and xgrammar; nothing in the core imports this module at import time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+from mas_orchestra.errors import GrammarError, MissingExtraError
+from mas_orchestra.models.constraints import OutputConstraint
+
+__all__ = [
+    "ConstrainedLogitsProcessor",
+    "DecodingStats",
+    "constrain_generate",
+    "grammar_compiler",
+    "require_xgrammar",
+    "stop_token_ids",
+]
+
+log = logging.getLogger(__name__)
+
+
+def require_xgrammar() -> Any:
+    """Import xgrammar or raise :class:`MissingExtraError` with the install command."""
+    try:
+        import xgrammar
+    except ImportError as exc:
+        raise MissingExtraError("constrained decoding of local models (xgrammar)", "embedded", "xgrammar") from exc
+    return xgrammar
+
+
+_COMPILERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_COMPILERS_LOCK = threading.Lock()
+
+
+def stop_token_ids(eos_token_id: int | list[int] | None, tokenizer: Any) -> list[int]:
+    """The end-of-text ids ``generate`` stops on (its ``eos_token_id``, else the tokenizer's): a completed
+    grammar may only be followed by one of them (any other "stop" token would be sampled without ending
+    the row, which would then run to the length limit)."""
+    value = eos_token_id
+    if value is None:
+        value = getattr(tokenizer, "eos_token_id", None)
+    ids = [value] if isinstance(value, int) else list(value or [])
+    if not ids:
+        raise GrammarError("constrained decoding needs an end-of-text token id (generation_config.eos_token_id)")
+    return sorted({int(i) for i in ids})
+
+
+def grammar_compiler(tokenizer: Any, vocab_size: int, stop_ids: list[int]) -> Any:
+    """An xgrammar ``GrammarCompiler`` for this tokenizer and stop ids (cached; it caches compiled grammars)."""
+    xgr = require_xgrammar()
+    key = (vocab_size, tuple(stop_ids))
+    with _COMPILERS_LOCK:
+        per_tokenizer = _COMPILERS.setdefault(tokenizer, {})
+        compiler = per_tokenizer.get(key)
+        if compiler is None:
+            info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=list(stop_ids))
+            compiler = per_tokenizer[key] = xgr.GrammarCompiler(info, cache_enabled=True)
+        return compiler
+
+
+def _compile(compiler: Any, grammar: str, what: str) -> Any:
+    try:
+        return compiler.compile_grammar(grammar)
+    except RuntimeError as exc:  # xgrammar reports EBNF errors as RuntimeError
+        raise GrammarError(
+            f"xgrammar could not compile the {what} grammar: {exc}; turn constrained decoding off with "
+            "constrained=False (CLI: --no-constrained)"
+        ) from exc
+
+
+@dataclass
+class DecodingStats:
+    """What the constraint did during one generate call (summed over rows)."""
+
+    rows: int = 0
+    stage_switches: int = 0
+    closings: int = 0
+    rejected_tokens: int = 0
+    mask_seconds: float = 0.0
+
+
+@dataclass
+class _Row:
+    matcher: Any
+    done: bool = False
+    closed: bool = False
+    stages: int = 0
+
+
+@dataclass
+class ConstrainedLogitsProcessor:
+    """A transformers logits processor enforcing ``constraint`` on every row; use one per ``generate`` call.
+
+    Put no top-k/top-p warper before it that could remove every allowed token: generate with ``top_p=1``
+    (temperature scaling commutes with the mask).
+    """
+
+    constraint: OutputConstraint
+    tokenizer: Any
+    compiler: Any
+    max_new_tokens: int | None = None
+    stats: DecodingStats = field(default_factory=DecodingStats)
+    _rows: list[_Row] = field(default_factory=list)
+    _start: int = 0
+    _bitmask: Any = None
+    _reserve: int = 0
+
+    def __post_init__(self) -> None:
+        self._xgr = require_xgrammar()
+        self._first = _compile(self.compiler, self.constraint.grammar(self.max_new_tokens, staged=True),
+                               self.constraint.name)
+        self._reserve = self.constraint.reserve_tokens(self.max_new_tokens)
+
+    def _text(self, input_ids: Any, row: int) -> str:
+        return str(self.tokenizer.decode(input_ids[row, self._start:].tolist(), skip_special_tokens=True))
+
+    def _switch(self, row: _Row, grammar: str) -> None:
+        row.matcher = self._xgr.GrammarMatcher(_compile(self.compiler, grammar, self.constraint.name))
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        started = time.perf_counter()
+        xgr = self._xgr
+        if not self._rows:
+            self._start = int(input_ids.shape[1])
+            self._rows = [_Row(xgr.GrammarMatcher(self._first)) for _ in range(input_ids.shape[0])]
+            self._bitmask = xgr.allocate_token_bitmask(len(self._rows), self._first.tokenizer_info.vocab_size)
+            self.stats.rows += len(self._rows)
+        else:
+            generated = int(input_ids.shape[1]) - self._start
+            for i, row in enumerate(self._rows):
+                if row.done:
+                    continue
+                if not row.matcher.accept_token(int(input_ids[i, -1])):
+                    # Only possible if something outside us changed the sampled token: stop constraining.
+                    self.stats.rejected_tokens += 1
+                    row.done = True
+                    self._bitmask[i].fill_(-1)
+                    continue
+                if row.matcher.is_terminated():
+                    row.done = True
+                    continue
+                remaining = None if self.max_new_tokens is None else self.max_new_tokens - generated
+                if row.matcher.is_completed():
+                    nxt = self.constraint.next_stage(self._text(input_ids, i), remaining)
+                    if nxt is not None:
+                        self._switch(row, nxt)
+                        row.stages += 1
+                        self.stats.stage_switches += 1
+                if remaining is not None and not row.closed and remaining <= self._reserve:
+                    closing = self.constraint.closing_grammar(self._text(input_ids, i), remaining)
+                    row.closed = True
+                    if closing is not None:
+                        self._switch(row, closing)
+                        self.stats.closings += 1
+        for i, row in enumerate(self._rows):
+            if not row.done:
+                row.matcher.fill_next_token_bitmask(self._bitmask, i)
+        device = scores.device
+        masked = scores if device.type in ("cpu", "cuda") else scores.to("cpu")
+        xgr.apply_token_bitmask_inplace(masked, self._bitmask.to(masked.device))
+        self.stats.mask_seconds += time.perf_counter() - started
+        return masked if masked.device == device else masked.to(device)
+
+
+def constrain_generate(model: Any, tokenizer: Any, constraint: OutputConstraint) -> DecodingStats:
+    """Make every later ``model.generate`` call (e.g. TRL's rollouts) decode under ``constraint``.
+
+    Installs, on the innermost transformers model, a ``generate`` that adds a fresh
+    :class:`ConstrainedLogitsProcessor` per call (PEFT wrappers delegate to it). Returns the running
+    :class:`DecodingStats` of all calls.
+    """
+    from transformers import LogitsProcessorList
+
+    # A PEFT model's generate delegates to the transformers model inside it: patch that one.
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    original = type(inner).generate
+    totals = DecodingStats()
+
+    def generate(*args: Any, **kwargs: Any) -> Any:
+        gen_config = kwargs.get("generation_config") or inner.generation_config
+        max_new = kwargs.get("max_new_tokens") or getattr(gen_config, "max_new_tokens", None)
+        stops = stop_token_ids(kwargs.get("eos_token_id", getattr(gen_config, "eos_token_id", None)), tokenizer)
+        compiler = grammar_compiler(tokenizer, int(inner.config.vocab_size), stops)
+        processor = ConstrainedLogitsProcessor(constraint, tokenizer, compiler, max_new_tokens=max_new)
+        processors = LogitsProcessorList([*(kwargs.pop("logits_processor", None) or []), processor])
+        try:
+            return original(inner, *args, logits_processor=processors, **kwargs)
+        finally:
+            for name in ("rows", "stage_switches", "closings", "rejected_tokens", "mask_seconds"):
+                setattr(totals, name, getattr(totals, name) + getattr(processor.stats, name))
+
+    inner.generate = generate
+    return totals

@@ -1,0 +1,17 @@
+"""The runtime: orchestrate, compile and run a multi-agent system, and account for what it did.
+
+- :mod:`~mas_orchestra.runtime.orchestra`: :class:`Orchestra` (orchestrator → spec → graph → outcome);
+- :mod:`~mas_orchestra.runtime.execute`: :func:`execute_spec` (run an already parsed spec);
+- :mod:`~mas_orchestra.runtime.outcome`: :class:`Outcome` and the record of a run in progress;
+- :mod:`~mas_orchestra.runtime.usage` / :mod:`~mas_orchestra.runtime.pricing`: calls, tokens, cost;
+- :mod:`~mas_orchestra.runtime.pipeline` / :mod:`~mas_orchestra.runtime.threads` /
+  :mod:`~mas_orchestra.runtime.checkpoint`: checkpointed runs (resume, approval, fork);
+- :mod:`~mas_orchestra.runtime.cli`: ``mas-orchestra run``.
+"""
+
+from mas_orchestra.runtime.execute import execute_spec
+from mas_orchestra.runtime.orchestra import DEFAULT_CONSTRAINED_MAX_TOKENS, Orchestra
+from mas_orchestra.runtime.outcome import Outcome
+from mas_orchestra.status import Status
+
+__all__ = ["DEFAULT_CONSTRAINED_MAX_TOKENS", "Orchestra", "Outcome", "Status", "execute_spec"]

@@ -1,0 +1,280 @@
+"""The Orchestra: orchestrate → parse → validate → compile → run, and say what happened.
+
+``Orchestra.arun(question)`` never raises for a bad orchestration, a failing sub-agent or a timeout:
+each ends as an :class:`Outcome` with its status and error recorded. Wrong argument types from the
+caller still raise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from langchain_core.callbacks.manager import AsyncCallbackManager
+from langchain_core.messages import HumanMessage
+from langchain_core.runnables import Runnable, RunnableConfig
+
+from agents.base import message_text
+from mas_orchestra.errors import SpecError
+from mas_orchestra.models import resolve_model, with_transient_retry
+from mas_orchestra.models.constraints import (
+    ConstrainedSetting,
+    OrchestrationConstraint,
+    bind_constraint,
+    constraint_mode,
+    reply_constrainer,
+)
+from mas_orchestra.prompts import orchestrator_prompt
+from mas_orchestra.registry import AgentRegistry, offered_registry
+from mas_orchestra.runtime.execute import execute_events, with_deadline
+from mas_orchestra.runtime.outcome import Outcome, RunRecord
+from mas_orchestra.runtime.threads import NO_RESUME, thread_events
+from mas_orchestra.runtime.usage import ORCHESTRATOR_TAG
+from mas_orchestra.settings import RunSettings
+from mas_orchestra.spec import Dom, GraphSpec, check_dom, parse_orchestration
+from mas_orchestra.spec.grammar import GrammarLimits
+from mas_orchestra.status import Status
+
+__all__ = ["DEFAULT_CONSTRAINED_MAX_TOKENS", "Orchestra"]
+
+log = logging.getLogger(__name__)
+
+#: Orchestrator token budget of a constrained local model when none is given (the stages fit any budget;
+#: this one leaves room for a plan and a few agents).
+DEFAULT_CONSTRAINED_MAX_TOKENS = 512
+
+
+class Orchestra:
+    """Ask an orchestrator model for a multi-agent system, compile it and run it on sub-agent models.
+
+    ``orchestrator`` / ``subagent``: a ``BaseChatModel`` (any Runnable over messages) or a model
+    string (``embedded``, ``openai:gpt-4o-mini``, ``vllm:<model>@<url>``, ``hf:<path>``,
+    ``python:module:attr``…). ``dom``: ``high`` (any DAG) or ``low`` (answer directly or delegate to
+    one agent). ``search``: a search backend for WebSearchAgent nodes (without one, the orchestrator
+    is not offered that agent). ``settings``: the bounds and retries of every run, a
+    :class:`~mas_orchestra.settings.RunSettings` passed whole (default: its defaults); the keywords
+    ``timeout`` (a whole run, seconds), ``call_timeout`` (one sub-agent call), ``max_retries`` (transient
+    model errors, retried with exponential backoff and jitter from ``retry_initial_delay``) and
+    ``max_concurrency`` (model calls in flight) are still accepted and, when given, override the matching
+    field; the result is ``self.settings``. ``requests_per_second`` rate-limits API models given as strings
+    (LangChain's ``InMemoryRateLimiter``). ``agents`` restricts the agent kinds offered (names or aliases).
+
+    ``constrained``: decode the orchestration and the sub-agent replies under grammars generated from the
+    registry, so that the orchestration always parses and validates and replies always parse
+    (:mod:`mas_orchestra.models.constraints`). ``None`` (default): on for local models (embedded, hf:), off for
+    others; ``True``: on, and a backend that cannot do it raises :class:`ConstrainedDecodingError` here;
+    ``False``: off; ``"auto"``: on where the backend can, off with a logged warning elsewhere.
+    ``grammar_limits`` bounds what a constrained orchestration may contain (agents, text lengths).
+
+    ``checkpointer``: any LangGraph checkpointer, or a path to a SQLite file (opened for each run; needs the
+    ``checkpoint`` extra). Runs then live on threads (``arun(question, thread_id=...)``): the orchestration,
+    the approval and every node result are checkpointed, and running the same thread again resumes it
+    without calling the orchestrator or any finished node again (a finished thread returns its stored
+    outcome). ``interrupt_before_execute`` pauses each run after orchestration (status ``interrupted``,
+    the spec in ``Outcome.interrupt``) until ``arun(question, thread_id=..., resume=...)`` approves, edits
+    or rejects it.
+    """
+
+    def __init__(
+        self,
+        orchestrator: Any = "embedded",
+        subagent: Any = "embedded",
+        dom: Dom = "high",
+        *,
+        search: Any = None,
+        settings: RunSettings | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+        call_timeout: float | None = None,
+        max_concurrency: int | None = None,
+        agents: list[str] | None = None,
+        registry: AgentRegistry | None = None,
+        checkpointer: Any = None,
+        interrupt_before_execute: bool = False,
+        orchestrator_temperature: float | None = None,
+        orchestrator_max_tokens: int | None = None,
+        retry_initial_delay: float | None = None,
+        requests_per_second: float | None = None,
+        constrained: ConstrainedSetting = None,
+        grammar_limits: GrammarLimits | None = None,
+    ) -> None:
+        self.dom: Dom = check_dom(dom)
+        self.settings = RunSettings.of(
+            settings, timeout=timeout, call_timeout=call_timeout, max_retries=max_retries,
+            max_concurrency=max_concurrency, retry_initial_delay=retry_initial_delay,
+        )
+        self.search = search
+        if interrupt_before_execute and checkpointer is None:
+            raise ValueError("interrupt_before_execute=True needs a checkpointer (e.g. checkpointer='runs.sqlite')")
+        self.checkpointer = checkpointer
+        self.interrupt_before_execute = interrupt_before_execute
+        self.registry = offered_registry(registry, search=search, agents=agents)
+        # Model strings get the per-call timeout and the rate limiter at the HTTP client level.
+        resolve = {"timeout": self.settings.call_timeout, "requests_per_second": requests_per_second}
+        self.orchestrator: Runnable = resolve_model(orchestrator, **resolve)
+        self.subagent: Runnable = (
+            self.orchestrator if subagent is orchestrator else resolve_model(subagent, **resolve)
+        )
+        self._orchestrator_kwargs: dict[str, Any] = {}
+        if orchestrator_temperature is not None:
+            self._orchestrator_kwargs["temperature"] = orchestrator_temperature
+        # Constrained decoding: fail here, at construction, if a backend cannot do what was asked.
+        orchestrator_mode = constraint_mode(constrained, self.orchestrator)
+        subagent_mode = constraint_mode(constrained, self.subagent)
+        self.orchestration_constraint: OrchestrationConstraint | None = None
+        self._orchestrator_call: Runnable = self.orchestrator
+        if orchestrator_mode != "off":
+            self.orchestration_constraint = OrchestrationConstraint(
+                dom=dom, registry=self.registry, limits=grammar_limits or GrammarLimits()
+            )
+            self.orchestration_constraint.grammar()  # a kind the grammar cannot express raises GrammarError now
+            if orchestrator_max_tokens is None:
+                orchestrator_max_tokens = DEFAULT_CONSTRAINED_MAX_TOKENS
+            self._orchestrator_call = bind_constraint(
+                self.orchestrator, self.orchestration_constraint, max_tokens=orchestrator_max_tokens,
+                fallback=orchestrator_mode == "fallback",
+            )
+        self.constrain_reply = reply_constrainer(subagent_mode, self.subagent)
+        self.constrained = {"orchestrator": orchestrator_mode, "subagent": subagent_mode}
+        if orchestrator_max_tokens is not None:
+            self._orchestrator_kwargs["max_tokens"] = orchestrator_max_tokens
+
+    # -- public API ---------------------------------------------------------------------------
+
+    def prompt(self, question: str) -> str:
+        """The orchestrator prompt for ``question``."""
+        return orchestrator_prompt(question, self.dom, registry=self.registry)
+
+    async def aorchestrate(self, question: str, *, callbacks: Any = None) -> str:
+        """Only the orchestrator call: the raw orchestration text."""
+        check_question(question)
+        model = with_transient_retry(
+            self._orchestrator_call, self.settings.max_retries, initial_delay=self.settings.retry_initial_delay
+        )
+        config: RunnableConfig = {"callbacks": callbacks, "tags": [ORCHESTRATOR_TAG], "run_name": "orchestrator"}
+        reply = await model.ainvoke([HumanMessage(content=self.prompt(question))], config, **self._orchestrator_kwargs)
+        return message_text(reply)
+
+    async def aplan(self, question: str) -> GraphSpec:
+        """Orchestrate and parse: the spec the orchestrator wrote (raises SpecError if invalid)."""
+        return parse_orchestration(await self.aorchestrate(question), dom=self.dom, registry=self.registry)
+
+    def plan(self, question: str) -> GraphSpec:
+        return run_sync(self.aplan(question))
+
+    async def arun(
+        self, question: str, *, callbacks: list[Any] | None = None, thread_id: str | None = None,
+        resume: Any = NO_RESUME, fork_from: str | None = None,
+    ) -> Outcome:
+        """Orchestrate, compile and run; always returns an :class:`Outcome`.
+
+        With a checkpointer, ``thread_id`` / ``resume`` / ``fork_from`` are those of :meth:`astream`.
+        """
+        outcome: Outcome | None = None
+        async for event in self.astream(
+            question, callbacks=callbacks, thread_id=thread_id, resume=resume, fork_from=fork_from
+        ):
+            if event["type"] == "outcome":
+                outcome = event["outcome"]
+        assert outcome is not None
+        return outcome
+
+    def run(
+        self, question: str, *, callbacks: list[Any] | None = None, thread_id: str | None = None,
+        resume: Any = NO_RESUME, fork_from: str | None = None,
+    ) -> Outcome:
+        """Synchronous :meth:`arun` (not from inside a running event loop)."""
+        return run_sync(
+            self.arun(question, callbacks=callbacks, thread_id=thread_id, resume=resume, fork_from=fork_from)
+        )
+
+    async def astream(
+        self, question: str, *, callbacks: list[Any] | None = None, thread_id: str | None = None,
+        resume: Any = NO_RESUME, fork_from: str | None = None,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Yield events: ``orchestration`` (text), ``spec``, ``node_start``/``node_end``, ``outcome``.
+
+        With a checkpointer the run lives on thread ``thread_id`` (a new id when None, in
+        ``Outcome.thread_id``); an existing thread is resumed (see :class:`Orchestra`). ``resume`` answers an
+        approval interrupt (``"approve"``, ``"reject"``, an edited spec; see
+        :func:`mas_orchestra.runtime.pipeline.review_decision`). ``fork_from`` starts ``thread_id`` from another
+        thread's orchestration, so its nodes run again with this Orchestra's models.
+        Resuming with another question or model set raises :class:`ThreadMismatchError`; a checkpoint
+        store that cannot be used raises :class:`CheckpointError`.
+        """
+        check_question(question)
+        durable = self.checkpointer is not None
+        if not durable and (thread_id is not None or fork_from is not None or resume is not NO_RESUME):
+            raise ValueError("thread_id / resume / fork_from need Orchestra(checkpointer=...)")
+        run = RunRecord(question)
+        manager = AsyncCallbackManager.configure(
+            inheritable_callbacks=[run.usage, *(callbacks or [])], inheritable_metadata={"dom": self.dom}
+        )
+        root = await manager.on_chain_start({"name": "MAS-Orchestra"}, {"question": question}, name="MAS-Orchestra")
+        final: Outcome | None = None
+        try:
+            events = (
+                self._thread_events(run, root.get_child(), thread_id, resume, fork_from)
+                if durable else self._events(run, root.get_child())
+            )
+            async for event in with_deadline(events, run, self.settings.timeout):
+                if event["type"] == "outcome":
+                    final = event["outcome"]
+                yield event
+        finally:
+            if final is not None:
+                await root.on_chain_end(
+                    {"status": final.status.value, "answer": final.answer, "error": final.error}
+                )
+            else:
+                await root.on_chain_error(asyncio.CancelledError("stream closed before the run ended"))
+
+    def parse(self, text: str) -> GraphSpec:
+        """Parse and validate orchestration text the way this Orchestra does (its DoM and registry)."""
+        return parse_orchestration(text, dom=self.dom, registry=self.registry)
+
+    # -- internals ----------------------------------------------------------------------------
+
+    async def _thread_events(
+        self, run: RunRecord, child: Any, thread_id: str | None, resume: Any, fork_from: str | None
+    ) -> AsyncIterator[dict[str, Any]]:
+        async for event in thread_events(self, run, child, thread_id, resume, fork_from):
+            yield event
+
+    async def _events(self, run: RunRecord, child: Any) -> AsyncIterator[dict[str, Any]]:
+        try:
+            run.orchestration = await self.aorchestrate(run.question, callbacks=child)
+        except Exception as exc:
+            yield {
+                "type": "outcome",
+                "outcome": run.outcome(Status.EXEC_ERROR, error=f"orchestrator failed: {type(exc).__name__}: {exc}"),
+            }
+            return
+        yield {"type": "orchestration", "text": run.orchestration}
+        try:
+            run.spec = parse_orchestration(run.orchestration, dom=self.dom, registry=self.registry)
+        except SpecError as exc:
+            yield {"type": "outcome", "outcome": run.outcome(Status.INVALID_SPEC, error=str(exc))}
+            return
+        yield {"type": "spec", "spec": run.spec}
+        async for event in execute_events(
+            run, model=self.subagent, search=self.search, registry=self.registry, settings=self.settings,
+            callbacks=[], parent=child, constrain_reply=self.constrain_reply,
+        ):
+            yield event
+
+
+def check_question(question: Any) -> None:
+    if not isinstance(question, str):
+        raise TypeError(f"question must be a str, got {type(question).__name__}")
+
+
+def run_sync(coro: Any) -> Any:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    coro.close()
+    raise RuntimeError("called the sync API inside a running event loop; use `await orchestra.arun(...)`")

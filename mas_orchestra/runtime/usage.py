@@ -1,0 +1,108 @@
+"""Run accounting: LLM calls and tokens from callbacks (so failed and timed-out runs count too).
+
+Tokens per model come from langchain-core's ``UsageMetadataCallbackHandler``; the calls, failed calls and
+format re-asks, the cost and the wall time are counted here (see :class:`UsageCallback` for why).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from langchain_core.callbacks import UsageMetadataCallbackHandler
+from langchain_core.outputs import LLMResult
+from pydantic import BaseModel, Field
+
+from agents.base import FORMAT_RETRY_TAG, ModelUsage
+from mas_orchestra.runtime.pricing import cost_usd
+
+__all__ = ["ORCHESTRATOR_TAG", "RunUsage", "UsageCallback"]
+
+ORCHESTRATOR_TAG = "mas:orchestrator"
+
+
+class RunUsage(BaseModel):
+    """What one run cost: calls, tokens, dollars and wall time.
+
+    ``format_retries`` counts sub-agent calls that re-asked after an unparseable reply (they are included
+    in ``subagent_calls``); constrained decoding should keep it at 0.
+    """
+
+    llm_calls: int = 0
+    orchestrator_calls: int = 0
+    subagent_calls: int = 0
+    failed_calls: int = 0
+    format_retries: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+    cost_usd: float = 0.0
+    wall_s: float = 0.0
+    by_model: dict[str, ModelUsage] = Field(default_factory=dict)
+    unpriced_models: list[str] = Field(default_factory=list)
+
+
+class UsageCallback(UsageMetadataCallbackHandler):
+    """Counts every chat-model call of a run; the tokens per model are langchain-core's count.
+
+    Why a subclass of :class:`~langchain_core.callbacks.UsageMetadataCallbackHandler` and not the handler
+    alone: the handler sums each reply's ``usage_metadata`` per ``response_metadata["model_name"]`` — exactly
+    the run's token counts, so they are taken from it — but it counts no calls (in total, per model,
+    orchestrator vs sub-agents), no failed calls and no format re-asks (those are tags of a call), and it
+    knows no prices or wall time; those are counted here. A reply that names no model is skipped by the
+    handler: its call counts under ``unknown`` with no tokens (every chat model this project resolves names
+    its model).
+    """
+
+    run_inline = True  # count synchronously, in the order calls finish
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._calls_lock = threading.Lock()
+        self._calls = RunUsage()  # calls only; tokens live in self.usage_metadata
+
+    def on_llm_end(self, response: LLMResult, **kwargs: Any) -> None:
+        super().on_llm_end(response, **kwargs)
+        tags = kwargs.get("tags")
+        name = _model_name(response) or "unknown"
+        with self._calls_lock:
+            calls = self._calls
+            calls.llm_calls += 1
+            if tags and ORCHESTRATOR_TAG in tags:
+                calls.orchestrator_calls += 1
+            else:
+                calls.subagent_calls += 1
+            if tags and FORMAT_RETRY_TAG in tags:
+                calls.format_retries += 1
+            calls.by_model.setdefault(name, ModelUsage()).calls += 1
+
+    def on_llm_error(self, error: BaseException, **kwargs: Any) -> None:
+        with self._calls_lock:
+            self._calls.failed_calls += 1
+
+    def snapshot(self, wall_s: float) -> RunUsage:
+        """The run's usage so far: calls, tokens per model (and in total), cost and ``wall_s``."""
+        with self._calls_lock:
+            usage = self._calls.model_copy(deep=True)
+        tokens = dict(self.usage_metadata)  # the handler replaces entries, never mutates them: a copy is stable
+        for name, used in tokens.items():
+            entry = usage.by_model.setdefault(name, ModelUsage())
+            entry.input_tokens = int(used.get("input_tokens", 0) or 0)
+            entry.output_tokens = int(used.get("output_tokens", 0) or 0)
+        usage.input_tokens = sum(m.input_tokens for m in usage.by_model.values())
+        usage.output_tokens = sum(m.output_tokens for m in usage.by_model.values())
+        usage.total_tokens = usage.input_tokens + usage.output_tokens
+        usage.cost_usd, usage.unpriced_models = cost_usd(usage.by_model)
+        usage.wall_s = wall_s
+        return usage
+
+
+def _model_name(response: LLMResult) -> str | None:
+    """The model name a reply reports, read where langchain-core's handler reads it (so calls and tokens
+    are keyed alike)."""
+    try:
+        message = getattr(response.generations[0][0], "message", None)
+    except IndexError:
+        return None
+    name = (getattr(message, "response_metadata", None) or {}).get("model_name")
+    return str(name) if name else None

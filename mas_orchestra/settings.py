@@ -1,0 +1,52 @@
+"""How a run is bounded and retried: one frozen settings object, validated once and passed whole.
+
+``RunSettings`` is to a multi-agent run what LangGraph's ``RetryPolicy`` is to a node: built (and checked)
+where the caller states it — :class:`~mas_orchestra.runtime.Orchestra`, :func:`~mas_orchestra.runtime.execute_spec`,
+an eval, the training reward, the served graph's ``configurable`` — and handed on unchanged to
+:func:`~mas_orchestra.compile.compile_spec` and the sub-agent calls.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["RunSettings"]
+
+
+class RunSettings(BaseModel):
+    """Bounds and retries of one run. Frozen; an invalid value raises ``pydantic.ValidationError`` (a
+    ``ValueError``) naming the field.
+
+    ``timeout`` bounds a whole run (orchestration and execution) in seconds, ``call_timeout`` one sub-agent
+    call; ``max_retries`` retries transient model errors (time-outs, connection errors, 429, 5xx) with
+    exponential backoff from ``retry_initial_delay`` seconds, with jitter; ``max_concurrency`` bounds the
+    model calls in flight in one run (``None``: no bound).
+    """
+
+    # strict: "10" is not a timeout and 1.5 is not a retry count (ints are accepted for the float fields).
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    timeout: float | None = Field(default=None, gt=0, description="Seconds one whole run may take (None: no bound).")
+    call_timeout: float | None = Field(default=None, gt=0, description="Seconds one sub-agent call may take.")
+    max_retries: int = Field(default=3, ge=0, description="Retries of a transient model error.")
+    retry_initial_delay: float = Field(default=1.0, ge=0, description="First backoff delay of a retry, seconds.")
+    max_concurrency: int | None = Field(default=32, ge=1, description="Model calls in flight in a run (None: none).")
+
+    def merged(self, **overrides: Any) -> RunSettings:
+        """These settings with the ``overrides`` that are not ``None``, validated again."""
+        given = {name: value for name, value in overrides.items() if value is not None}
+        return self if not given else RunSettings.model_validate({**self.model_dump(), **given})
+
+    @classmethod
+    def of(cls, settings: RunSettings | None = None, **overrides: Any) -> RunSettings:
+        """``settings`` (default: the defaults) with the keyword arguments a caller gave (``None`` = not given).
+
+        What the entry points that still take the separate keywords (``Orchestra(timeout=…)``,
+        ``execute_spec(max_retries=…)``) build their settings with.
+        """
+        if settings is not None and not isinstance(settings, RunSettings):
+            raise TypeError(f"settings must be a RunSettings, got {type(settings).__name__}")
+        return (settings or cls()).merged(**overrides)
+

@@ -1,0 +1,287 @@
+"""Grammars whose every sentence is a valid orchestration: in one piece, and in stages for local decoding.
+
+Constrained decoding makes even a 135M-parameter orchestrator write something the parser accepts: at each
+step the model may only pick tokens that keep the text inside the grammar. The grammars are generated from
+the agent registry (so user-registered kinds and their parameters are included) in the EBNF dialect that
+xgrammar and vLLM read, and as a JSON schema for APIs that only take ``response_format``.
+
+How far the grammar goes into the validator's rules (DESIGN §3):
+
+* ids are canonical: the k-th agent is ``A<k>`` — unique by construction;
+* agent names are the offered block names, parameters are written with their tags and values within their
+  caps (integers and one-decimal floats enumerated, strings bounded, debate roles a JSON list of >= 2);
+* edges run only from an earlier to a later agent (acyclic, no self-loops), are listed sorted (no
+  duplicates), and every agent but the last has an outgoing edge — so the last agent is the one sink and
+  every agent reaches it;
+* ``${A<j>}`` in agent k's input may only name an earlier agent (j < k);
+* text fields exclude ``<`` (no format markup) and are bounded in length (see :class:`GrammarLimits`).
+
+One rule a context-free grammar cannot carry: "``${X}`` in Y's input needs an edge path X -> Y" (the edges
+come after the inputs, and which earlier ids an input used would have to be remembered). Local decoding
+(``embedded`` / ``hf:`` models, training rollouts with transformers) closes it by running in **stages**
+(:class:`~mas_orchestra.models.constraints.OrchestrationConstraint`): :func:`thinking_grammar`, then
+:func:`agent_stage_grammar` agent by agent, then :func:`edge_grammar`, built from what the agents wrote, which
+requires an edge X -> Y for every ``${X}`` in Y. Each stage is also fitted to the tokens left, so the whole
+orchestration is complete within the call's token budget. Single-request backends (a vLLM server, JSON
+schema APIs) get the one-piece :func:`orchestration_grammar`; there the validator stays the judge of that
+one rule (an ``invalid_spec`` outcome names the missing edge).
+
+Nothing here imports xgrammar or torch: grammars are plain strings.
+"""
+
+from __future__ import annotations
+
+import re
+import typing
+
+from mas_orchestra.errors import GrammarError
+from mas_orchestra.registry import AgentKind, AgentRegistry
+from mas_orchestra.spec.grammar.ebnf import (
+    GrammarLimits,
+    agent_id,
+    bounds_of,
+    lit,
+    offered_kinds,
+    params_grammar,
+    text_rule,
+    unwrap_optional,
+)
+from mas_orchestra.spec.limits import Dom, check_dom
+
+__all__ = [
+    "EDGE_MARKER",
+    "agent_markup_chars",
+    "agent_stage_grammar",
+    "agent_text_chars",
+    "edge_grammar",
+    "edges_chars",
+    "orchestration_grammar",
+    "references_by_agent",
+    "thinking_grammar",
+]
+
+#: Where the agents end and the edge block begins (in staged decoding, where the edge grammar takes over).
+EDGE_MARKER = "\n<edge>"
+
+
+def _input_grammar(k: int, limits: GrammarLimits) -> str:
+    """Agent k's input: free text with ``${A<j>}`` references to earlier agents only."""
+    if k <= 1:
+        return text_rule(limits.input_chars, exclude="<$")
+    refs = " | ".join(lit(agent_id(j)) for j in range(1, k))
+    return f'([^<$] | "${{" ({refs}) "}}"){{0,{limits.input_chars}}}'
+
+
+def _agent_rules(k: int, kinds: list[AgentKind], limits: GrammarLimits, params: dict[str, str],
+                 *, dom: str) -> list[str]:
+    alternatives = []
+    for kind in kinds:
+        alternatives.append(f"{lit(kind.block)} {lit('</agent_name>')} kind_{kind.name}_{k}")
+    rules = [f"agent_{k} ::= " + lit("\n<agent>\n" + (f"  <agent_id>{agent_id(k)}</agent_id>\n" if dom == "high"
+                                                         else "") + "  <agent_name>")
+             + " (" + " | ".join(alternatives) + ")"]
+    tail = "\n  </required_arguments>\n" + (f"  <agent_output_id>{agent_id(k)}</agent_output_id>\n"
+                                             if dom == "low" else "") + "</agent>"
+    for kind in kinds:
+        rules.append(
+            f"kind_{kind.name}_{k} ::= " + lit("\n  <agent_description>")
+            + f" {text_rule(limits.description_chars, exclude='<$' + chr(10))} "
+            + lit("</agent_description>\n  <required_arguments>\n    <agent_input>")
+            + f" {_input_grammar(k, limits)} " + lit("</agent_input>")
+            + (f" {params[kind.name]}" if params[kind.name] else "") + f" {lit(tail)}"
+        )
+    return rules
+
+
+def _edge(i: int, j: int) -> str:
+    return lit(_edge_text(i, j))
+
+
+def _edge_rules(n: int, required: dict[int, set[int]] | None, prefix: str) -> tuple[str, list[str]]:
+    """Rules for the sorted edge list of n agents; returns (sequence of source rules, rules).
+
+    For source i, the targets are a strictly increasing, non-empty subset of i+1..n that contains
+    ``required[i]`` (targets whose input references i).
+    """
+    rules: list[str] = []
+    sources: list[str] = []
+    for i in range(1, n):
+        must = (required or {}).get(i, set())
+
+        def name(j: int, need: bool, i: int = i) -> str:
+            return f"{prefix}_{i}_{j}_{'n' if need else 'o'}"
+
+        for j in range(n, i, -1):
+            for need in (True, False):
+                edge = _edge(i, j)
+                if j == n:
+                    body = edge if (need or j in must) else f"({edge})?"
+                elif j in must:
+                    body = f"{edge} {name(j + 1, False)}"
+                elif need:
+                    body = f"({edge} {name(j + 1, False)} | {name(j + 1, True)})"
+                else:
+                    body = f"({edge})? {name(j + 1, False)}"
+                rules.append(f"{name(j, need)} ::= {body}")
+        sources.append(name(i + 1, True))
+    return " ".join(sources), rules
+
+
+def orchestration_grammar(
+    dom: Dom = "high",
+    registry: AgentRegistry | None = None,
+    limits: GrammarLimits | None = None,
+) -> str:
+    """EBNF (xgrammar / vLLM dialect, root rule ``root``) of the orchestrations the validator accepts, in one
+    piece (for backends that take one grammar per request). Local decoding uses the stages instead (see
+    :class:`~mas_orchestra.models.constraints.OrchestrationConstraint`). Raises :class:`GrammarError` when a
+    registered kind has a parameter the grammar cannot express.
+    """
+    check_dom(dom)
+    limits = limits or GrammarLimits()
+    kinds = offered_kinds(registry)
+    params = {kind.name: params_grammar(kind, limits) for kind in kinds}
+    thinking = f'"<thinking>" {text_rule(limits.thinking_chars)} "</thinking>"'
+    if dom == "low":
+        rules = [f"root ::= {thinking} {_low_choice(limits)}", *_agent_rules(1, kinds, limits, params, dom="low")]
+        return "\n".join(rules) + "\n"
+    rules = [f"root ::= {thinking} agent_1 more_2"]
+    for k in range(1, limits.max_agents + 1):
+        rules.extend(_agent_rules(k, kinds, limits, params, dom="high"))
+    # more_k: after k-1 agents, either stop (edges for k-1 agents) or write agent k.
+    for k in range(2, limits.max_agents + 2):
+        n = k - 1
+        if n == 1:
+            stop = '""'
+        else:
+            seq, edge_rules = _edge_rules(n, None, f"e{n}")
+            rules.extend(edge_rules)
+            stop = f'{lit(EDGE_MARKER)} {seq} "\\n</edge>"'
+        more = stop if k > limits.max_agents else f"({stop} | agent_{k} more_{k + 1})"
+        rules.append(f"more_{k} ::= {more}")
+    return "\n".join(rules) + "\n"
+
+
+def _direct_answer(limits: GrammarLimits) -> str:
+    return f'"\\n<answer>" {text_rule(limits.answer_chars, first_nonspace=True)} "</answer>"'
+
+
+def _low_choice(limits: GrammarLimits, *, delegate: bool = True) -> str:
+    """Low DoM after the thinking: a direct answer, or one delegated agent and its output id."""
+    if not delegate:
+        return _direct_answer(limits)
+    return f'({_direct_answer(limits)} | agent_1 {lit(chr(10) + "<answer>" + agent_id(1) + "</answer>")})'
+
+
+def thinking_grammar(chars: int) -> str:
+    """First stage: the plan, at most ``chars`` characters."""
+    return f'root ::= "<thinking>" {text_rule(max(0, chars))} "</thinking>"\n'
+
+
+def agent_stage_grammar(
+    k: int,
+    dom: Dom,
+    registry: AgentRegistry | None,
+    limits: GrammarLimits,
+    *,
+    agent: bool = True,
+    stop: bool = False,
+    edges: bool = False,
+    direct_answer: bool = False,
+) -> str:
+    """Stage after the thinking (k = 1) or after agent k - 1: write agent k, or (if allowed) stop / go to the
+    edges / answer directly (no agents: what a budget too small for one agent leaves). Low DoM: the direct
+    answer, or (``agent``) the one delegated agent with its output id."""
+    kinds = offered_kinds(registry)
+    params = {kind.name: params_grammar(kind, limits) for kind in kinds}
+    if dom == "low":
+        rules = [f"root ::= {_low_choice(limits, delegate=agent)}"]
+        if agent:
+            rules.extend(_agent_rules(1, kinds, limits, params, dom="low"))
+        return "\n".join(rules) + "\n"
+    choices = (['""'] if stop else []) + ([lit(EDGE_MARKER)] if edges else []) + ([f"agent_{k}"] if agent else [])
+    choices += [_direct_answer(limits)] if direct_answer else []
+    if not choices:
+        raise ValueError("a stage needs at least one choice")
+    rules = [f"root ::= ({' | '.join(choices)})"]
+    if agent:
+        rules.extend(_agent_rules(k, kinds, limits, params, dom=dom))
+    return "\n".join(rules) + "\n"
+
+
+def agent_markup_chars(k: int, dom: Dom, registry: AgentRegistry | None) -> int:
+    """Characters of fixed markup of agent k at most (the longest block name, every parameter tag written)."""
+    kinds = offered_kinds(registry)
+    longest = 0
+    for kind in kinds:
+        tags = sum(2 * len(kind.xml_tag(p)) + 10 for p in kind.params.model_fields)
+        longest = max(longest, len(kind.block) + tags)
+    fixed = len("\n<agent>\n  <agent_name></agent_name>\n  <agent_description></agent_description>\n"
+                "  <required_arguments>\n    <agent_input></agent_input>\n  </required_arguments>\n</agent>")
+    ident = len(f"  <agent_id>{agent_id(k)}</agent_id>\n") if dom == "high" else len(
+        f"  <agent_output_id>{agent_id(k)}</agent_output_id>\n<answer>{agent_id(k)}</answer>")
+    return fixed + ident + longest
+
+
+def agent_text_chars(registry: AgentRegistry | None, limits: GrammarLimits) -> int:
+    """Free-text characters of one agent at most under ``limits`` (description, input, parameter values)."""
+    most = 0
+    for kind in offered_kinds(registry):
+        total = 0
+        for info in kind.params.model_fields.values():
+            annotation = unwrap_optional(info.annotation)
+            base = typing.get_origin(annotation) or annotation
+            if base is list:
+                bounds = bounds_of(info)
+                items = min(int(bounds.get("max_length", 1)), max(int(bounds.get("min_length", 0)),
+                                                                   limits.max_list_items))
+                total += items * (limits.string_param_chars + 4)
+            elif base is str:
+                total += limits.string_param_chars
+            else:
+                total += 4
+        most = max(most, total)
+    return limits.description_chars + limits.input_chars + most
+
+
+def edges_chars(n: int) -> int:
+    """Characters of the edge block of n agents at most (every earlier -> later pair listed)."""
+    if n < 2:
+        return 0
+    one = len(_edge_text(n - 1, n))
+    return len(EDGE_MARKER) + len("\n</edge>") + one * n * (n - 1) // 2
+
+
+def _edge_text(i: int, j: int) -> str:
+    return f"\n  <from>{agent_id(i)}</from><to>{agent_id(j)}</to>"
+
+
+_REF_RE = re.compile(r"\$\{A(\d+)\}")
+
+
+_BLOCK_RE = re.compile(r"<agent>\s*<agent_id>A(\d+)</agent_id>(.*?)</agent>", re.S)
+
+
+def references_by_agent(agents_text: str) -> dict[int, set[int]]:
+    """For text written under the grammar: agent number -> numbers of the agents its input references."""
+    out: dict[int, set[int]] = {}
+    for match in _BLOCK_RE.finditer(agents_text):
+        out[int(match.group(1))] = {int(r) for r in _REF_RE.findall(match.group(2))}
+    return out
+
+
+def edge_grammar(agents_text: str) -> str:
+    """EBNF of the edge block that completes the agents written so far (text ending in :data:`EDGE_MARKER`).
+
+    Requires the edge X -> Y for every ``${X}`` in Y's input, on top of the structural rules.
+    """
+    refs = references_by_agent(agents_text)
+    n = max(refs, default=0)
+    if n < 2:
+        raise GrammarError(f"edge grammar needs at least two agents; the text declares {n}")
+    required: dict[int, set[int]] = {}
+    for target, sources in refs.items():
+        for source in sources:
+            required.setdefault(source, set()).add(target)
+    seq, rules = _edge_rules(n, required, "e")
+    return "\n".join([f'root ::= {seq} "\\n</edge>"', *rules]) + "\n"

@@ -1,0 +1,38 @@
+"""The grammar of a sub-agent reply: ``<thinking>…</thinking>`` and a non-empty ``<answer>…</answer>``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mas_orchestra.spec.grammar.ebnf import lit, text_rule
+
+__all__ = ["REPLY_CLOSE", "REPLY_END", "reply_closing_grammar", "reply_grammar", "reply_json_schema"]
+
+#: Between the reasoning and the answer of a sub-agent reply, and after the answer.
+REPLY_CLOSE = "</thinking>\n<answer>"
+
+
+REPLY_END = "</answer>"
+
+
+def reply_grammar(thinking_chars: int = 600, answer_chars: int = 200) -> str:
+    """EBNF of the sub-agent reply contract ``<thinking>…</thinking>`` + non-empty ``<answer>…</answer>``."""
+    if thinking_chars < 1 or answer_chars < 1:
+        raise ValueError("thinking_chars and answer_chars must be >= 1")
+    return f'root ::= "<thinking>" {text_rule(thinking_chars)} {reply_closing_grammar(REPLY_CLOSE, answer_chars)}\n'
+
+
+def reply_closing_grammar(close: str, answer_chars: int) -> str:
+    """The end of a reply from inside the reasoning: ``close`` (the rest of :data:`REPLY_CLOSE`), a non-empty
+    answer of at most ``answer_chars`` characters and :data:`REPLY_END` (an expression, no rule name)."""
+    return f"{lit(close)} {text_rule(answer_chars, first_nonspace=True)} {lit(REPLY_END)}"
+
+
+def reply_json_schema() -> dict[str, Any]:
+    """JSON schema of the reply contract for ``response_format`` APIs (``{"thinking", "answer"}``)."""
+    return {
+        "type": "object",
+        "properties": {"thinking": {"type": "string"}, "answer": {"type": "string"}},
+        "required": ["thinking", "answer"],
+        "additionalProperties": False,
+    }
