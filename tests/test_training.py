@@ -534,3 +534,12 @@ def test_constrained_rollouts_are_all_valid_specs(tmp_path):
     assert "constrained: true" in config
     summary = main([*common, "--no-constrained", "--output-dir", str(tmp_path / "off")])
     assert summary["steps"][0]["valid_spec_rate"] == 0.0
+
+
+def test_config_agents_lists_offered_kinds_and_rejects_unknown():
+    from training.config import OrchestraGRPOConfig
+
+    assert OrchestraGRPOConfig(agents="cot, reflexion").agent_kinds == ["cot", "reflexion"]
+    assert OrchestraGRPOConfig().agent_kinds is None
+    with pytest.raises(ValueError, match=r"agents: unknown kind.*nope"):
+        OrchestraGRPOConfig(agents="cot,nope")

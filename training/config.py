@@ -58,6 +58,10 @@ class OrchestraGRPOConfig:
         "and decode local sub-agents' replies under the reply grammar; false = free sampling"))
     max_agents: int = field(default=4, metadata=_help(
         "most agents a constrained high-DoM orchestration may declare"))
+    agents: str | None = field(default=None, metadata=_help(
+        "comma list of the agent kinds offered to the orchestrator (names or block names, e.g. "
+        "cot,reflexion); none = every registered kind (the search agent only with --search). Offering fewer "
+        "kinds shortens the prompt; evaluate with the same `mas-orchestra eval --agents`"))
     # -- data and reward ------------------------------------------------------------------------------------
     dataset: str = field(default="masbench:depth:2:n=8:seed=0:split=train", metadata=_help(
         "training data: masbench:<axis>:<values>[:n=..][:seed=..][:split=..], jsonl:<path> or <path>.jsonl "
@@ -178,6 +182,13 @@ class OrchestraGRPOConfig:
             problems.append("--vllm-mode server needs --vllm-server-url")
         if self.grader == "judge" and not self.judge:
             problems.append("--grader judge needs --judge <model string>")
+        if self.agent_kinds is not None:
+            from mas_orchestra.registry import default_registry
+
+            unknown = [name for name in self.agent_kinds if name not in default_registry]
+            if unknown:
+                problems.append(f"agents: unknown kind(s) {', '.join(unknown)}; valid: "
+                                f"{', '.join(k.name for k in default_registry.kinds())}")
         if self.limit is not None and self.limit < 1:
             problems.append("limit must be >= 1")
         if problems:
@@ -194,6 +205,13 @@ class OrchestraGRPOConfig:
         if text.lower() in _TRUE:
             return True
         return text
+
+    @property
+    def agent_kinds(self) -> list[str] | None:
+        """``agents`` as a list of names, or ``None`` for every kind."""
+        if self.agents is None or not self.agents.strip():
+            return None
+        return [name.strip() for name in self.agents.split(",") if name.strip()]
 
     @property
     def lora_target_modules(self) -> str | list[str]:

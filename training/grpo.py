@@ -186,7 +186,7 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         from agents.search import make_backend
 
         search = make_backend(cfg.search)
-    registry = orchestra_registry(search)
+    registry = orchestra_registry(search, agents=cfg.agent_kinds)
     reward = make_outcome_reward(
         subagent=_subagent(cfg), dom=cfg.dom, grader=cfg.grader, search=search, cost_weight=cfg.cost_weight,
         final_answer_weight=cfg.final_answer_weight, execution_success_weight=cfg.execution_success_weight,

@@ -42,7 +42,7 @@ import statistics
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -76,10 +76,12 @@ COST_METRICS = ("subagent_calls", "total_tokens", "cost_usd")
 _TASK_HEADING = "# Task"
 
 
-def orchestra_registry(search: Any = None, registry: AgentRegistry | None = None) -> AgentRegistry:
+def orchestra_registry(
+    search: Any = None, registry: AgentRegistry | None = None, agents: Iterable[str] | None = None
+) -> AgentRegistry:
     """The agent kinds offered to the orchestrator, as :class:`mas_orchestra.Orchestra` filters them:
-    without a search backend the search agent is not offered."""
-    return offered_registry(registry, search=search)
+    ``agents`` (names or aliases) if given, and without a search backend the search agent is not offered."""
+    return offered_registry(registry, search=search, agents=agents)
 
 
 @dataclass

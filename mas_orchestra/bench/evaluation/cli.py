@@ -63,6 +63,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             out_dir=out, timeout=args.timeout, baseline=args.baseline, search=args.search,
             progress=not args.no_progress and sys.stderr.isatty(), temperature=args.temperature,
             force=args.force, constrained=args.constrained,
+            agents=[a.strip() for a in args.agents.split(",") if a.strip()] if args.agents else None,
+            max_agents=args.max_agents,
         )
     except errors as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -109,6 +111,11 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--search", default=None, help="search backend: bm25:<corpus.jsonl> | ddg | tavily")
     p.add_argument("--temperature", type=float, default=None,
                    help="orchestrator temperature (the block's temperature with --baseline)")
+    p.add_argument("--agents", default=None,
+                   help="comma list of agent kinds offered to the orchestrator, e.g. cot,reflexion (default: all; "
+                        "use the kinds a trained orchestrator was trained with)")
+    p.add_argument("--max-agents", type=_positive_int, default=None,
+                   help="most agents a constrained orchestration may declare (default 4)")
     from mas_orchestra.runtime.cli import add_constrained_flag
 
     add_constrained_flag(p)

@@ -51,7 +51,9 @@ STATUSES: tuple[str, ...] = tuple(s.value for s in Status if s is not Status.INT
 GRADERS: tuple[str, ...] = VALID_KINDS
 BASELINE_KINDS: tuple[str, ...] = _BASELINE_KINDS
 # The arguments that decide what a results line means; a resumed run must agree on all of them.
-IDENTITY_KEYS: tuple[str, ...] = ("data", "orchestrator", "subagent", "dom", "grader", "judge_model", "baseline")
+IDENTITY_KEYS: tuple[str, ...] = (
+    "data", "orchestrator", "subagent", "dom", "grader", "judge_model", "baseline", "agents",
+)
 
 
 class EvalInputError(MasOrchestraError, ValueError):

@@ -105,9 +105,12 @@ def _make_runner(
     temperature: float | None,
     models: _ModelCache,
     constrained: Any = None,
+    agents: list[str] | None = None,
+    max_agents: int | None = None,
 ) -> Runner:
     """One Orchestra (or one resolved sub-agent model for a baseline), reused for every question."""
     from mas_orchestra.runtime import Orchestra, execute_spec
+    from mas_orchestra.spec.grammar import GrammarLimits
 
     sub_model = models(subagent)
     if baseline:
@@ -121,6 +124,7 @@ def _make_runner(
     orchestra = Orchestra(
         models(orchestrator), sub_model, dom,  # type: ignore[arg-type]
         search=search, settings=settings, orchestrator_temperature=temperature, constrained=constrained,
+        agents=agents, grammar_limits=GrammarLimits(max_agents=max_agents) if max_agents else None,
     )
     return orchestra.arun
 
@@ -211,6 +215,8 @@ async def aevaluate(
     plot: bool = True,
     constrained: Any = None,
     settings: RunSettings | None = None,
+    agents: list[str] | None = None,
+    max_agents: int | None = None,
 ) -> dict[str, Any]:
     """Evaluate ``rows`` (a JSONL path or dicts) and return the summary (also written to ``out_dir``).
 
@@ -224,7 +230,9 @@ async def aevaluate(
     pareto.png. ``constrained``: constrained decoding of orchestrations and sub-agent replies, as
     :class:`~mas_orchestra.runtime.Orchestra` takes it (None: on for local models). ``settings``: the
     bounds and retries of each run (:class:`~mas_orchestra.settings.RunSettings`); ``timeout``,
-    ``max_retries`` and ``call_timeout``, when given, override its fields.
+    ``max_retries`` and ``call_timeout``, when given, override its fields. ``agents`` restricts the kinds
+    offered to the orchestrator (as ``Orchestra(agents=...)``; evaluate a trained orchestrator with the
+    kinds it was trained on) and ``max_agents`` caps a constrained orchestration's agents.
 
     Raises :class:`EvalInputError` (bad rows/arguments, :class:`ConfigMismatchError`),
     ``MissingCredentialsError`` / ``MissingExtraError`` / ``ValueError`` from model or backend strings.
@@ -266,6 +274,8 @@ async def aevaluate(
         "timeout": settings.timeout,
         "temperature": temperature,
         "constrained": constrained,
+        "agents": list(agents) if agents else None,
+        "max_agents": max_agents,
         "grade_timeout": grade_timeout,
         "created": now,
         "updated": now,
@@ -287,7 +297,7 @@ async def aevaluate(
                 pending, plan, done, results_path, orchestrator=orchestrator, subagent=subagent, dom=dom,
                 baseline=baseline, search=search, settings=settings, temperature=temperature,
                 concurrency=concurrency, grader=grader, judge=judge, grade_timeout=grade_timeout,
-                progress=progress, constrained=constrained,
+                progress=progress, constrained=constrained, agents=agents, max_agents=max_agents,
             )
         summary = summarize(read_results(results_path).values(), config=config,
                             elapsed_s=time.perf_counter() - started)
@@ -322,6 +332,8 @@ async def _run_pending(
     grade_timeout: float,
     progress: bool,
     constrained: Any = None,
+    agents: list[str] | None = None,
+    max_agents: int | None = None,
 ) -> None:
     from mas_orchestra.bench.grading import agrade
 
@@ -333,7 +345,7 @@ async def _run_pending(
     judge_model = models(judge) if grader == "judge" else None
     runner = _make_runner(
         orchestrator=orchestrator, subagent=subagent, dom=dom, baseline=baseline, search=search, settings=settings,
-        temperature=temperature, models=models, constrained=constrained,
+        temperature=temperature, models=models, constrained=constrained, agents=agents, max_agents=max_agents,
     )
     deadline = grade_timeout + _GRADE_SLACK_S
 

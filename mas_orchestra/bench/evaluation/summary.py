@@ -94,7 +94,7 @@ def summarize(
     }
     if config:
         for key in ("label", "data", "orchestrator", "subagent", "dom", "grader", "judge_model", "baseline",
-                    "search", "limit", "timeout", "temperature", "constrained"):
+                    "search", "limit", "timeout", "temperature", "constrained", "agents", "max_agents"):
             summary[key] = config.get(key)
     return summary
 

@@ -27,6 +27,7 @@ has its own ``random.Random`` seeded from (seed, axis, split, value, index), so 
 other values or a larger ``n`` are generated alongside it.
 """
 
+from mas_orchestra.bench.masbench.calculator import MasbenchCalculator, TwoRoundCalculator
 from mas_orchestra.bench.masbench.cli import add_cli, read_jsonl, write_jsonl
 from mas_orchestra.bench.masbench.generation import generate
 from mas_orchestra.bench.masbench.graph import (
@@ -54,8 +55,10 @@ __all__ = [
     "SPLITS",
     "SPLIT_TEXT",
     "TEMPLATES",
+    "MasbenchCalculator",
     "SplitText",
     "Template",
+    "TwoRoundCalculator",
     "add_cli",
     "ancestors",
     "evaluate",

@@ -14,8 +14,8 @@ previous round) or a chain of agents wired with ``${id}`` reach deeper. That mak
 on the orchestration — the sub-agent stands in for a weak model that "MAS beats mostly where sub-agents are
 weak" (DESIGN §8) — and it makes training runs cheap: a call costs microseconds and no tokens.
 
-Use it as a sub-agent model string: ``python:mas_orchestra.masbench_calculator:MasbenchCalculator`` (one round
-per call) or ``...:TwoRoundCalculator``.
+Use it as a sub-agent model string: ``python:mas_orchestra.masbench:MasbenchCalculator`` (one round
+per call) or ``python:mas_orchestra.masbench:TwoRoundCalculator``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field
 
 from agents.base import message_text
-from mas_orchestra.masbench import MOD, TEMPLATES, Template
+from mas_orchestra.bench.masbench.graph import MOD
+from mas_orchestra.bench.masbench.templates import TEMPLATES, Template
 
 __all__ = ["MasbenchCalculator", "Problem", "TwoRoundCalculator", "parse_problem", "solve"]
 
@@ -255,6 +256,6 @@ class MasbenchCalculator(BaseChatModel):
         return self._result(messages)
 
 
-def TwoRoundCalculator() -> MasbenchCalculator:  # noqa: N802 - named like the class it configures
-    """A calculator with two rounds per call (``python:mas_orchestra.masbench_calculator:TwoRoundCalculator``)."""
+def TwoRoundCalculator() -> MasbenchCalculator:
+    """A calculator with two rounds per call (``python:mas_orchestra.masbench:TwoRoundCalculator``)."""
     return MasbenchCalculator(rounds=2, model_name="masbench-calculator-2")
