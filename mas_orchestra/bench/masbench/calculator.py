@@ -33,7 +33,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field
 
 from agents.base import message_text
-from mas_orchestra.bench.masbench.graph import MOD
+from mas_orchestra.bench.masbench.graph import MOD, apply_op
 from mas_orchestra.bench.masbench.templates import TEMPLATES, Template
 
 __all__ = ["MasbenchCalculator", "Problem", "TwoRoundCalculator", "parse_problem", "solve"]
@@ -160,24 +160,13 @@ def parse_problem(text: str) -> Problem:
     return problem
 
 
-def _apply(op: str, values: list[int]) -> int:
-    if op == "add":
-        return sum(values) % MOD
-    if op == "sub":
-        return (values[0] - sum(values[1:])) % MOD
-    result = 1
-    for v in values:
-        result = result * v % MOD
-    return result
-
-
 def solve(problem: Problem, rounds: int) -> tuple[dict[str, int], dict[str, int]]:
     """(everything known after ``rounds`` rounds, what these rounds derived), derived in computation order."""
     known = {**problem.constants, **problem.facts}
     derived: dict[str, int] = {}
     for _ in range(rounds):
         ready = {
-            name: _apply(op, [known[x] for x in inputs])
+            name: apply_op(op, [known[x] for x in inputs])
             for name, (op, inputs) in problem.operations.items()
             if name not in known and all(x in known for x in inputs)
         }

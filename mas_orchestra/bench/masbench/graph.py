@@ -36,7 +36,8 @@ def check_choice(what: str, got: Any, valid: Iterable[str]) -> None:
         raise ValueError(f"unknown {what} {got!r}; valid {what}s: {', '.join(valid)}")
 
 
-def _apply(op: str, values: Sequence[int]) -> int:
+def apply_op(op: str, values: Sequence[int]) -> int:
+    """One operation (add / sub = first minus the rest / mul) modulo 23."""
     if op == "add":
         return sum(values) % MOD
     if op == "sub":
@@ -79,7 +80,7 @@ def evaluate(graph: dict[str, dict[str, Any]]) -> dict[str, int]:
         if node["op"] == "const":
             values[name] = int(node["value"]) % MOD
         else:
-            values[name] = _apply(node["op"], [values[x] for x in node["inputs"]])
+            values[name] = apply_op(node["op"], [values[x] for x in node["inputs"]])
     return values
 
 
