@@ -56,3 +56,13 @@ def test_run_constrained_flags(capsys):
                  "--constrained-auto"]) == 0
     out = capsys.readouterr().out
     assert "== status == ok" in out and "answer: 42" in out
+
+
+def test_eval_unknown_offered_agent_is_one_line_error(capsys, tmp_path):
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps({"id": "q1", "question": "What is 1+1?", "answer": "2"}) + "\n", encoding="utf-8")
+    code = main(["eval", "--data", str(data), "--agents", "cot,nope", "--subagent", "scripted:2",
+                 "--orchestrator", "scripted:2", "--out", str(tmp_path / "run"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "error: unknown agent 'nope'; valid: CoTAgent" in err and "Traceback" not in err

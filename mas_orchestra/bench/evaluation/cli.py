@@ -48,7 +48,7 @@ def _input_errors() -> tuple[type[BaseException], ...]:
     from mas_orchestra.models import MissingCredentialsError
 
     return (EvalInputError, MissingCredentialsError, MissingExtraError, ConstrainedDecodingError, ValueError,
-            FileNotFoundError, ImportError, TypeError)
+            FileNotFoundError, ImportError, TypeError, KeyError)
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -67,7 +67,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             max_agents=args.max_agents,
         )
     except errors as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # KeyError's str() quotes its message (an unknown agent kind in --agents); print the message itself.
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"error: {message}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(summary, indent=2, ensure_ascii=False))
