@@ -9,7 +9,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from mas_orchestra.errors import SpecError
+from mas_orchestra.bench.training_curve import CURVE_FILE
+from mas_orchestra.errors import MissingExtraError, SpecError
 
 log = logging.getLogger("mas_orchestra")
 
@@ -69,6 +70,40 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_plot_training(args: argparse.Namespace) -> int:
+    from mas_orchestra.bench.training_curve import (
+        TrainingCurveError,
+        compare_windows,
+        find_trainer_state,
+        format_curve,
+        load_curve,
+        plot_training,
+    )
+
+    try:
+        state = find_trainer_state(args.run)
+        curve = load_curve(state)
+        comparison = compare_windows(curve, args.fraction)
+    except (TrainingCurveError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{state} ({len(curve)} steps)")
+    print(format_curve(curve))
+    print(f"first vs last {args.fraction:.0%} of the steps ({comparison.window} each): {comparison.describe()}")
+    if args.no_plot:
+        return 0
+    # By default next to trainer_state.json; a run still going gets it in its own folder, not a checkpoint's.
+    folder = Path(args.run) if Path(args.run).is_dir() else state.parent
+    out = Path(args.out) if args.out else folder / CURVE_FILE
+    try:
+        written = plot_training(curve, out)
+    except MissingExtraError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {written}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mas-orchestra",
@@ -95,6 +130,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("schema", help="print the GraphSpec JSON schema (usable as a tool schema)")
     p.set_defaults(func=_cmd_schema)
+
+    p = sub.add_parser(
+        "plot-training", help="print and plot a GRPO run's reward curve (from its trainer_state.json)",
+        description="Reads <run>/trainer_state.json (or the newest checkpoint-*/ of a run still going), prints "
+        "reward, valid-spec rate, agents per spec and delegation share per step, compares the first and last "
+        "steps and writes the reward-curve PNG.",
+    )
+    p.add_argument("run", help="the --output-dir of `python -m training.grpo`, a checkpoint or a trainer_state.json")
+    p.add_argument("--out", default=None, help=f"PNG to write (default <run>/{CURVE_FILE})")
+    p.add_argument("--fraction", type=float, default=0.2, help="share of steps in the first/last window (0.2)")
+    p.add_argument("--no-plot", action="store_true", help="print the table only")
+    p.set_defaults(func=_cmd_plot_training)
 
     # The subcommands of the other parts, imported here so that ``import mas_orchestra.cli`` stays cheap.
     from mas_orchestra.bench.evaluation.cli import add_cli as add_eval_cli

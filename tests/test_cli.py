@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from mas_orchestra.cli import main
 from tests.conftest import REPO, SPECS
 
@@ -66,3 +68,29 @@ def test_eval_unknown_offered_agent_is_one_line_error(capsys, tmp_path):
     err = capsys.readouterr().err
     assert code == 2
     assert "error: unknown agent 'nope'; valid: CoTAgent" in err and "Traceback" not in err
+
+
+def test_eval_max_tokens_reaches_the_orchestrator_and_is_part_of_the_run_identity(capsys, tmp_path, monkeypatch):
+    import mas_orchestra.runtime as runtime
+
+    seen: list[int | None] = []
+
+    class Recording(runtime.Orchestra):
+        def __init__(self, *args, **kwargs):
+            seen.append(kwargs.get("orchestrator_max_tokens"))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(runtime, "Orchestra", Recording)
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps({"id": "q1", "question": "What is 1+1?", "answer": "2"}) + "\n", encoding="utf-8")
+    common = ["eval", "--data", str(data), "--subagent", "scripted:2", "--orchestrator", "scripted:2",
+              "--out", str(tmp_path / "run"), "--no-progress", "--no-constrained"]
+    assert main([*common, "--max-tokens", "144"]) == 0
+    assert seen == [144]
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["max_tokens"] == 144
+    capsys.readouterr()
+    assert main([*common, "--max-tokens", "512"]) == 2  # other budget, other policy: not the same run
+    assert "max_tokens: 144 -> 512" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*common, "--max-tokens", "0"])

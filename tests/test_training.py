@@ -389,7 +389,8 @@ def test_config_errors(tmp_path, capsys):
     assert "--num-generations" in text and "GRPO group size" in text
 
 
-@pytest.mark.parametrize("recipe", ["paper_qwen7b.yaml", "single_gpu_qwen1_5b.yaml", "cpu_smoke.yaml"])
+@pytest.mark.parametrize("recipe", ["paper_qwen7b.yaml", "single_gpu_qwen1_5b.yaml", "cpu_smoke.yaml",
+                                    "cpu_learning.yaml"])
 def test_recipes_parse(recipe):
     cfg = parse_config(["--config", str(RECIPES / recipe)])
     if recipe == "paper_qwen7b.yaml":
@@ -399,6 +400,11 @@ def test_recipes_parse(recipe):
         processes = 8
         completions = processes * cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps
         assert completions == 64 * 32  # 64 prompts x 32 rollouts per optimizer step
+    if recipe == "cpu_learning.yaml":  # the learning demo: real model, grammar, a calculator sub-agent, LoRA
+        assert cfg.model == "embedded" and cfg.constrained and cfg.dom == "low" and cfg.merge
+        assert cfg.subagent == "python:mas_orchestra.masbench:MasbenchCalculator"
+        assert cfg.agent_kinds == ["cot", "sc", "debate"] and cfg.dataset.endswith("split=train")
+        assert cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps % cfg.num_generations == 0
     if recipe == "single_gpu_qwen1_5b.yaml":
         assert cfg.use_vllm and cfg.vllm_mode == "colocate" and cfg.model == "Qwen/Qwen2.5-1.5B-Instruct"
 
@@ -489,6 +495,10 @@ def test_grpo_main_end_to_end_tiny_model(tmp_path, capsys):
     assert (out / "merged" / "config.json").is_file() and (out / "merged" / "model.safetensors").is_file()
     printed = capsys.readouterr().out
     assert "trainer state:" in printed and "merged model:" in printed
+    assert "reward curve:" in printed and "first 1 step(s) vs last 1" in printed
+    assert summary["first_vs_last_20pct"]["window"] == 1 and summary["reward_curve"].endswith("reward_curve.png")
+    first_steps = [e for e in json.loads((out / "trainer_state.json").read_text())["log_history"]
+                   if "valid_spec_rate" in e]
     # resume from the last checkpoint: nothing left to do at max_steps=2, one more step at 3
     summary = main([
         "--model", str(model), "--subagent", "scripted:4", "--dataset", "masbench:depth:2:n=2",
@@ -499,6 +509,16 @@ def test_grpo_main_end_to_end_tiny_model(tmp_path, capsys):
     assert summary["resumed_from"].endswith("checkpoint-2")
     state = json.loads((out / "trainer_state.json").read_text())
     assert state["global_step"] == 3
+    # the resumed run continues the same curve: steps 1-2 as the first run logged them, then step 3
+    resumed = [e for e in state["log_history"] if "valid_spec_rate" in e]
+    assert [e["step"] for e in resumed] == [1, 2, 3]
+    assert resumed[:2] == first_steps
+    assert [s["step"] for s in summary["steps"]] == [1, 2, 3]
+    assert (out / "reward_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rollouts = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
+    assert sorted({r["step"] for r in rollouts}) == [1, 2, 3]
+    assert all(r["status"] and "completion" in r and r["question"] for r in rollouts)
+    assert len([r for r in rollouts if r["step"] == 3]) == 2  # one prompt x 2 generations
 
 
 @needs_train

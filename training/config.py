@@ -121,6 +121,9 @@ class OrchestraGRPOConfig:
     resume: str = field(default="false", metadata=_help(
         "resume training: true = from the last checkpoint in output_dir (fresh start, with a warning, if there "
         "is none), a path = from that checkpoint, false = start fresh"))
+    log_rollouts: bool = field(default=True, metadata=_help(
+        "append every rollout (step, question, completion text, status, reward, error) to "
+        "<output_dir>/rollouts.jsonl"))
     merge: bool = field(default=False, metadata=_help(
         "at the end, merge the LoRA adapter into the base model and save it to <output_dir>/merged"))
     seed: int = field(default=0, metadata=_help("random seed"))

@@ -174,9 +174,10 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
     from peft import LoraConfig
     from transformers import AutoTokenizer
 
+    from mas_orchestra.bench.training_curve import compare_windows, curve_from_history
     from training.data import build_dataset, filter_long_prompts
     from training.rewards import make_outcome_reward, orchestra_registry
-    from training.trainer import OrchestraGRPOTrainer, StepTimer, peak_rss_mb
+    from training.trainer import CurvePlotter, OrchestraGRPOTrainer, StepTimer, peak_rss_mb
 
     cuda = torch.cuda.is_available()
     bf16_ok = cuda and torch.cuda.is_bf16_supported()
@@ -207,12 +208,15 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM",
     )
     timer = StepTimer()
+    plotter = CurvePlotter(cfg.output_dir)
     log.info("orchestrator %s, sub-agents %s, %d prompts, device %s", model_path, cfg.subagent, len(dataset),
              "cuda" if cuda else "cpu")
     trainer = OrchestraGRPOTrainer(
         model=model_path, reward_funcs=[reward], args=args, train_dataset=dataset, processing_class=tokenizer,
-        peft_config=peft_config, callbacks=[timer],
+        peft_config=peft_config, callbacks=[timer, plotter],
     )
+    if cfg.log_rollouts:
+        trainer.rollout_log = Path(cfg.output_dir) / "rollouts.jsonl"
     if constraint is not None and not cfg.use_vllm:
         from mas_orchestra.models.decoding import constrain_generate
 
@@ -237,6 +241,8 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
                                "agents_per_spec", "delegation_share", "subagent_calls")}
         for e in trainer.state.log_history if "valid_spec_rate" in e
     ]
+    curve = curve_from_history(trainer.state.log_history)
+    rise = compare_windows(curve) if curve else None
     summary = {
         "output_dir": str(out.resolve()),
         "adapter": str((out / "adapter_model.safetensors").resolve()),
@@ -244,6 +250,12 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         "merged": str(merged_dir.resolve()) if merged_dir else None,
         "resumed_from": checkpoint,
         "steps": steps,
+        "first_vs_last_20pct": None if rise is None else {
+            "window": rise.window, "first_reward": rise.first_reward, "last_reward": rise.last_reward,
+            "first_valid_spec_rate": rise.first_valid, "last_valid_spec_rate": rise.last_valid,
+        },
+        "reward_curve": str(plotter.written.resolve()) if plotter.written else None,
+        "rollouts": str((out / "rollouts.jsonl").resolve()) if cfg.log_rollouts else None,
         "step_times": timer.steps,
         "peak_rss_mb": peak_rss_mb(),
         "peak_cuda_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
@@ -270,6 +282,13 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
         print(f"{s['step']:>5} {fmt(s['reward']):>8} {fmt(s['valid_spec_rate']):>7} {fmt(s['correct_rate']):>8} "
               f"{fmt(s['agents_per_spec'], '.2f'):>7} {fmt(t.get('wall_s'), '.1f'):>8} {fmt(t.get('cpu_s'), '.1f'):>8}")
+    rise = summary.get("first_vs_last_20pct")
+    if rise:
+        print(f"first {rise['window']} step(s) vs last {rise['window']}: reward {rise['first_reward']:.3f} -> "
+              f"{rise['last_reward']:.3f}, valid-spec rate {rise['first_valid_spec_rate']:.3f} -> "
+              f"{rise['last_valid_spec_rate']:.3f}")
+    if summary.get("reward_curve"):
+        print(f"reward curve:   {summary['reward_curve']}")
     peak_gpu = summary["peak_cuda_mb"]
     print(f"peak RSS {summary['peak_rss_mb']:.0f} MiB" + (f", peak GPU {peak_gpu:.0f} MiB" if peak_gpu else "")
           + f", total {summary['wall_s']:.0f} s on {summary['device']}")

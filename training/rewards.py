@@ -101,6 +101,9 @@ class RolloutRecord:
     wall_s: float = 0.0
     answer: str | None = None
     error: str | None = None
+    #: The question and the completion as sampled (what ``rollouts.jsonl`` keeps for inspection).
+    question: str = ""
+    completion: str = ""
 
     @property
     def valid(self) -> bool:
@@ -316,6 +319,7 @@ class OutcomeReward:
 
     async def _score(self, record: RolloutRecord, completion: Any, question: Any, truth: Any) -> None:
         text = completion_text(completion)
+        record.question, record.completion = str(question), text
         truths = _truths(truth)
         try:
             spec = parse_orchestration(text, dom=self.dom, registry=self.registry)

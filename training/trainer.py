@@ -11,16 +11,24 @@ Importing this module imports TRL (and torch).
 
 from __future__ import annotations
 
+import json
+import logging
 import resource
 import time
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
+from mas_orchestra.bench.training_curve import CURVE_FILE, curve_from_history, plot_training
+from mas_orchestra.errors import MissingExtraError
 from training.rewards import RolloutRecord, summarize
 
-__all__ = ["OrchestraGRPOTrainer", "StepTimer", "peak_rss_mb"]
+__all__ = ["CurvePlotter", "OrchestraGRPOTrainer", "StepTimer", "peak_rss_mb"]
+
+log = logging.getLogger("training.trainer")
 
 
 def peak_rss_mb() -> float:
@@ -36,6 +44,9 @@ class OrchestraGRPOTrainer(GRPOTrainer):
     """
 
     decoding_stats: Any = None
+    #: Where every rollout (step, question, completion, status, reward, error) is appended as one JSON line;
+    #: None = not kept. After a resume the steps past the checkpoint appear again: readers keep the last.
+    rollout_log: Path | None = None
 
     def _outcome_rewards(self) -> list[Any]:
         return [f for f in self.reward_funcs if hasattr(f, "pop_records")]
@@ -50,6 +61,7 @@ class OrchestraGRPOTrainer(GRPOTrainer):
             if not records:
                 continue  # e.g. the end-of-training summary log: nothing new to report
             metrics = summarize(records, reward.kinds)
+            self._append_rollouts(records)
             if not self.model.training:
                 metrics = {f"eval_{k}": v for k, v in metrics.items()}
             logs.update(metrics)
@@ -60,6 +72,17 @@ class OrchestraGRPOTrainer(GRPOTrainer):
             logs["constrained/closings"] = float(stats.closings)
             logs["constrained/mask_seconds"] = float(stats.mask_seconds)
         super().log(logs, start_time)
+
+
+    def _append_rollouts(self, records: list[RolloutRecord]) -> None:
+        if self.rollout_log is None or not self.accelerator.is_main_process:
+            return
+        step = self.state.global_step
+        train = self.model.training
+        self.rollout_log.parent.mkdir(parents=True, exist_ok=True)
+        with self.rollout_log.open("a", encoding="utf-8") as out:
+            for record in records:
+                out.write(json.dumps({"step": step, "train": train, **asdict(record)}, ensure_ascii=False) + "\n")
 
 
 class StepTimer(TrainerCallback):
@@ -80,3 +103,34 @@ class StepTimer(TrainerCallback):
             "cpu_s": time.process_time() - self._cpu,
             "peak_rss_mb": peak_rss_mb(),
         })
+
+
+class CurvePlotter(TrainerCallback):
+    """Redraw ``<output_dir>/reward_curve.png`` from the log history at every checkpoint and at the end, so a
+    running job can be watched. Without matplotlib it warns once and draws nothing (training goes on)."""
+
+    def __init__(self, output_dir: str | Path) -> None:
+        self.path = Path(output_dir) / CURVE_FILE
+        self.written: Path | None = None
+        self._disabled = False
+
+    def draw(self, history: list[dict[str, Any]]) -> Path | None:
+        if self._disabled:
+            return None
+        curve = curve_from_history(history)
+        if not curve:
+            return None
+        try:
+            self.written = plot_training(curve, self.path)
+        except MissingExtraError as exc:
+            log.warning("no reward curve PNG: %s", exc)
+            self._disabled = True
+        return self.written
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.is_world_process_zero:
+            self.draw(state.log_history)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.is_world_process_zero:
+            self.draw(state.log_history)

@@ -64,7 +64,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             progress=not args.no_progress and sys.stderr.isatty(), temperature=args.temperature,
             force=args.force, constrained=args.constrained,
             agents=[a.strip() for a in args.agents.split(",") if a.strip()] if args.agents else None,
-            max_agents=args.max_agents,
+            max_agents=args.max_agents, max_tokens=args.max_tokens,
         )
     except errors as exc:
         # KeyError's str() quotes its message (an unknown agent kind in --agents); print the message itself.
@@ -118,6 +118,9 @@ def add_cli(sub: Any) -> None:
                         "use the kinds a trained orchestrator was trained with)")
     p.add_argument("--max-agents", type=_positive_int, default=None,
                    help="most agents a constrained orchestration may declare (default 4)")
+    p.add_argument("--max-tokens", type=_positive_int, default=None,
+                   help="orchestrator tokens per orchestration (default 512 when constrained; evaluate a trained "
+                        "orchestrator with its max_completion_length)")
     from mas_orchestra.runtime.cli import add_constrained_flag
 
     add_constrained_flag(p)

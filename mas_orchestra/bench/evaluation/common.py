@@ -52,7 +52,7 @@ GRADERS: tuple[str, ...] = VALID_KINDS
 BASELINE_KINDS: tuple[str, ...] = _BASELINE_KINDS
 # The arguments that decide what a results line means; a resumed run must agree on all of them.
 IDENTITY_KEYS: tuple[str, ...] = (
-    "data", "orchestrator", "subagent", "dom", "grader", "judge_model", "baseline", "agents",
+    "data", "orchestrator", "subagent", "dom", "grader", "judge_model", "baseline", "agents", "max_tokens",
 )
 
 

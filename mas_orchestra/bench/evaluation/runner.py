@@ -107,6 +107,7 @@ def _make_runner(
     constrained: Any = None,
     agents: list[str] | None = None,
     max_agents: int | None = None,
+    max_tokens: int | None = None,
 ) -> Runner:
     """One Orchestra (or one resolved sub-agent model for a baseline), reused for every question."""
     from mas_orchestra.runtime import Orchestra, execute_spec
@@ -125,6 +126,7 @@ def _make_runner(
         models(orchestrator), sub_model, dom,  # type: ignore[arg-type]
         search=search, settings=settings, orchestrator_temperature=temperature, constrained=constrained,
         agents=agents, grammar_limits=GrammarLimits(max_agents=max_agents) if max_agents else None,
+        orchestrator_max_tokens=max_tokens,
     )
     return orchestra.arun
 
@@ -217,6 +219,7 @@ async def aevaluate(
     settings: RunSettings | None = None,
     agents: list[str] | None = None,
     max_agents: int | None = None,
+    max_tokens: int | None = None,
 ) -> dict[str, Any]:
     """Evaluate ``rows`` (a JSONL path or dicts) and return the summary (also written to ``out_dir``).
 
@@ -232,7 +235,9 @@ async def aevaluate(
     bounds and retries of each run (:class:`~mas_orchestra.settings.RunSettings`); ``timeout``,
     ``max_retries`` and ``call_timeout``, when given, override its fields. ``agents`` restricts the kinds
     offered to the orchestrator (as ``Orchestra(agents=...)``; evaluate a trained orchestrator with the
-    kinds it was trained on) and ``max_agents`` caps a constrained orchestration's agents.
+    kinds it was trained on) and ``max_agents`` caps a constrained orchestration's agents. ``max_tokens``:
+    the orchestrator's budget per orchestration (evaluate a trained orchestrator with its training
+    ``max_completion_length``; None: the Orchestra default).
 
     Raises :class:`EvalInputError` (bad rows/arguments, :class:`ConfigMismatchError`),
     ``MissingCredentialsError`` / ``MissingExtraError`` / ``ValueError`` from model or backend strings.
@@ -276,6 +281,7 @@ async def aevaluate(
         "constrained": constrained,
         "agents": list(agents) if agents else None,
         "max_agents": max_agents,
+        "max_tokens": max_tokens,
         "grade_timeout": grade_timeout,
         "created": now,
         "updated": now,
@@ -298,6 +304,7 @@ async def aevaluate(
                 baseline=baseline, search=search, settings=settings, temperature=temperature,
                 concurrency=concurrency, grader=grader, judge=judge, grade_timeout=grade_timeout,
                 progress=progress, constrained=constrained, agents=agents, max_agents=max_agents,
+                max_tokens=max_tokens,
             )
         summary = summarize(read_results(results_path).values(), config=config,
                             elapsed_s=time.perf_counter() - started)
@@ -334,6 +341,7 @@ async def _run_pending(
     constrained: Any = None,
     agents: list[str] | None = None,
     max_agents: int | None = None,
+    max_tokens: int | None = None,
 ) -> None:
     from mas_orchestra.bench.grading import agrade
 
@@ -346,6 +354,7 @@ async def _run_pending(
     runner = _make_runner(
         orchestrator=orchestrator, subagent=subagent, dom=dom, baseline=baseline, search=search, settings=settings,
         temperature=temperature, models=models, constrained=constrained, agents=agents, max_agents=max_agents,
+        max_tokens=max_tokens,
     )
     deadline = grade_timeout + _GRADE_SLACK_S
 

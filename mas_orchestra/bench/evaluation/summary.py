@@ -94,7 +94,7 @@ def summarize(
     }
     if config:
         for key in ("label", "data", "orchestrator", "subagent", "dom", "grader", "judge_model", "baseline",
-                    "search", "limit", "timeout", "temperature", "constrained", "agents", "max_agents"):
+                    "search", "limit", "timeout", "temperature", "constrained", "agents", "max_agents", "max_tokens"):
             summary[key] = config.get(key)
     return summary
 

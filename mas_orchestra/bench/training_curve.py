@@ -1,0 +1,238 @@
+"""The learning curve of a GRPO run: read ``trainer_state.json``, compare its first and last steps, plot it.
+
+``python -m training.grpo`` logs, per optimizer step, TRL's ``reward``/``reward_std`` next to our outcome
+metrics (``valid_spec_rate``, ``agents_per_spec``, ``delegation_share``…) into ``log_history``. This module
+reads them back (from a finished run, or from the newest ``checkpoint-*`` of a run still going), summarises
+the rise as the mean of the first vs the last ``fraction`` of the steps, and draws ``reward_curve.png``.
+It needs only the standard library (and matplotlib for the plot): no torch, no TRL.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mas_orchestra.errors import MasOrchestraError, MissingExtraError
+
+__all__ = [
+    "CURVE_FILE",
+    "CurvePoint",
+    "TrainingCurveError",
+    "WindowComparison",
+    "compare_windows",
+    "find_trainer_state",
+    "format_curve",
+    "load_curve",
+    "plot_training",
+]
+
+#: The PNG ``python -m training.grpo`` writes next to ``trainer_state.json``.
+CURVE_FILE = "reward_curve.png"
+STATE_FILE = "trainer_state.json"
+
+
+class TrainingCurveError(MasOrchestraError, ValueError):
+    """No readable training curve where one was asked for."""
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """One optimizer step's rollout metrics (NaN where the log lacks a value)."""
+
+    step: int
+    reward: float
+    reward_std: float
+    valid_spec_rate: float
+    agents_per_spec: float
+    delegation_share: float
+    correct_rate: float
+
+
+@dataclass(frozen=True)
+class WindowComparison:
+    """Mean reward and valid-spec rate over the first and the last ``window`` steps."""
+
+    window: int
+    first_steps: tuple[int, ...]
+    last_steps: tuple[int, ...]
+    first_reward: float
+    last_reward: float
+    first_valid: float
+    last_valid: float
+
+    @property
+    def rise(self) -> float:
+        """Last-window mean reward minus first-window mean reward."""
+        return self.last_reward - self.first_reward
+
+    def describe(self) -> str:
+        def span(steps: tuple[int, ...]) -> str:
+            return f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
+
+        return (f"reward {self.first_reward:.3f} ({span(self.first_steps)}) -> {self.last_reward:.3f} "
+                f"({span(self.last_steps)}), rise {self.rise:+.3f}; valid-spec rate {self.first_valid:.3f} -> "
+                f"{self.last_valid:.3f}")
+
+
+def _checkpoint_number(path: Path) -> int:
+    match = re.fullmatch(r"checkpoint-(\d+)", path.name)
+    return int(match.group(1)) if match else -1
+
+
+def find_trainer_state(run: str | os.PathLike[str]) -> Path:
+    """The ``trainer_state.json`` of ``run``: the file itself, ``<run>/trainer_state.json`` (a finished run),
+    or the one in ``run``'s newest ``checkpoint-<n>/`` (a run still going)."""
+    path = Path(run)
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        raise TrainingCurveError(f"{path}: no such run directory or trainer_state.json")
+    if (path / STATE_FILE).is_file():
+        return path / STATE_FILE
+    checkpoints = sorted((d for d in path.glob("checkpoint-*") if (d / STATE_FILE).is_file()),
+                         key=_checkpoint_number)
+    if checkpoints:
+        return checkpoints[-1] / STATE_FILE
+    raise TrainingCurveError(
+        f"{path}: no {STATE_FILE} and no checkpoint-*/{STATE_FILE}; point at the --output-dir of "
+        "`python -m training.grpo` (the file appears when the run ends or saves its first checkpoint)"
+    )
+
+
+def _number(entry: dict[str, Any], key: str) -> float:
+    value = entry.get(key)
+    return float(value) if isinstance(value, (int, float)) else math.nan
+
+
+def curve_from_history(history: Sequence[dict[str, Any]]) -> list[CurvePoint]:
+    """The training steps of a ``log_history`` (entries with our ``valid_spec_rate``; evaluation entries are
+    prefixed ``eval_`` and skipped), one point per step (a step logged twice keeps its last entry), by step."""
+    by_step: dict[int, CurvePoint] = {}
+    for entry in history:
+        if "valid_spec_rate" not in entry or "step" not in entry:
+            continue
+        reward = entry.get("reward", entry.get("outcome_reward/mean"))
+        by_step[int(entry["step"])] = CurvePoint(
+            step=int(entry["step"]),
+            reward=float(reward) if isinstance(reward, (int, float)) else math.nan,
+            reward_std=_number(entry, "reward_std"),
+            valid_spec_rate=_number(entry, "valid_spec_rate"),
+            agents_per_spec=_number(entry, "agents_per_spec"),
+            delegation_share=_number(entry, "delegation_share"),
+            correct_rate=_number(entry, "correct_rate"),
+        )
+    return [by_step[step] for step in sorted(by_step)]
+
+
+def load_curve(run: str | os.PathLike[str]) -> list[CurvePoint]:
+    """The per-step curve of a run directory, checkpoint or ``trainer_state.json`` (see
+    :func:`find_trainer_state`)."""
+    path = find_trainer_state(run)
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise TrainingCurveError(f"{path}: not a readable trainer_state.json ({exc})") from exc
+    history = state.get("log_history") if isinstance(state, dict) else None
+    if not isinstance(history, list):
+        raise TrainingCurveError(f"{path}: no log_history list")
+    return curve_from_history(history)
+
+
+def _mean(values: Sequence[float]) -> float:
+    kept = [v for v in values if not math.isnan(v)]
+    return sum(kept) / len(kept) if kept else math.nan
+
+
+def compare_windows(curve: Sequence[CurvePoint], fraction: float = 0.2) -> WindowComparison:
+    """Mean reward / valid-spec rate of the first vs the last ``fraction`` of the steps (at least one step
+    each; ``round(fraction * steps)`` otherwise). With one step both windows are that step."""
+    if not 0 < fraction <= 0.5:
+        raise ValueError(f"fraction must be in (0, 0.5], got {fraction}")
+    if not curve:
+        raise TrainingCurveError("the curve has no training steps (was anything logged?)")
+    window = max(1, round(fraction * len(curve)))
+    first, last = curve[:window], curve[-window:]
+    return WindowComparison(
+        window=window,
+        first_steps=tuple(p.step for p in first),
+        last_steps=tuple(p.step for p in last),
+        first_reward=_mean([p.reward for p in first]),
+        last_reward=_mean([p.reward for p in last]),
+        first_valid=_mean([p.valid_spec_rate for p in first]),
+        last_valid=_mean([p.valid_spec_rate for p in last]),
+    )
+
+
+def format_curve(curve: Sequence[CurvePoint]) -> str:
+    """A plain-text table of the curve, one row per step."""
+    lines = [f"{'step':>5} {'reward':>7} {'± std':>6} {'valid':>6} {'agents':>6} {'deleg':>6} {'correct':>7}"]
+    for p in curve:
+        lines.append(f"{p.step:>5} {p.reward:>7.3f} {p.reward_std:>6.3f} {p.valid_spec_rate:>6.2f} "
+                     f"{p.agents_per_spec:>6.2f} {p.delegation_share:>6.2f} {p.correct_rate:>7.3f}")
+    return "\n".join(lines)
+
+
+def plot_training(
+    run: str | os.PathLike[str] | Sequence[CurvePoint],
+    out_path: str | os.PathLike[str] | None = None,
+    *,
+    title: str | None = None,
+    fraction: float = 0.2,
+) -> Path:
+    """Draw the reward (mean ± std over the step's rollouts), valid-spec rate and delegation share per step,
+    and agents per spec on a second axis. ``run`` is a run directory / ``trainer_state.json`` or a curve;
+    ``out_path`` defaults to ``<run>/reward_curve.png``. Returns the PNG's path. Needs matplotlib
+    (``pip install 'mas-orchestra[eval]'``)."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise MissingExtraError("the training-curve plot", "eval", "matplotlib") from exc
+    if isinstance(run, (str, os.PathLike)):
+        curve = load_curve(run)
+        if out_path is None:
+            base = Path(run)
+            out_path = (base.parent if base.is_file() else base) / CURVE_FILE
+    else:
+        curve = list(run)
+    if out_path is None:
+        raise ValueError("out_path is required when plotting a curve rather than a run directory")
+    if not curve:
+        raise TrainingCurveError("the curve has no training steps to plot")
+
+    steps = [p.step for p in curve]
+    rewards = [p.reward for p in curve]
+    stds = [0.0 if math.isnan(p.reward_std) else p.reward_std for p in curve]
+    fig = Figure(figsize=(7, 3.6), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    ax.fill_between(steps, [r - s for r, s in zip(rewards, stds, strict=True)],
+                    [r + s for r, s in zip(rewards, stds, strict=True)], alpha=0.15, color="C0", linewidth=0)
+    ax.plot(steps, rewards, marker="o", color="C0", label="reward (mean ± std)")
+    ax.plot(steps, [p.valid_spec_rate for p in curve], marker="s", color="C2", label="valid-spec rate")
+    ax.plot(steps, [p.delegation_share for p in curve], linestyle="--", color="C1", label="delegation share")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylim(-0.05, 1.15)
+    ax.grid(alpha=0.3)
+    agents = [p.agents_per_spec for p in curve]
+    if any(not math.isnan(a) for a in agents):
+        twin = ax.twinx()
+        twin.plot(steps, agents, linestyle=":", color="C3", label="agents per spec")
+        twin.set_ylabel("agents per spec")
+        twin.set_ylim(0, max(1.0, max((a for a in agents if not math.isnan(a)), default=1.0)) * 1.3)
+        twin.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="lower left", fontsize=8)
+    comparison = compare_windows(curve, fraction)
+    ax.set_title(title or f"GRPO outcome reward: first {comparison.window} step(s) {comparison.first_reward:.2f} "
+                 f"-> last {comparison.window} {comparison.last_reward:.2f}", fontsize=10)
+    fig.tight_layout()
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    return out
