@@ -344,3 +344,77 @@ def test_the_default_budget_offers_agents(dom: str) -> None:
     assert stage is not None and "agent_1" in stage and "<agent_name>" in stage
     limits, fits = constraint._fitted(1, 480)
     assert fits and limits.input_chars >= 100
+
+
+# -- the real tokenizer: budgets hold for any sampler ----------------------------------------------------------
+
+
+def _decode_real_tokenizer(constraint, tokenizer, *, rows: int, max_new: int, seed: int):
+    """Random logits over the embedded model's whole vocabulary (byte pieces, one-character tokens and all)."""
+    from mas_orchestra.models.decoding import grammar_compiler, stop_token_ids
+
+    stops = stop_token_ids(tokenizer.eos_token_id, tokenizer)
+    compiler = grammar_compiler(tokenizer, len(tokenizer), stops)
+    processor = ConstrainedLogitsProcessor(constraint, tokenizer, compiler, max_new_tokens=max_new)
+    gen = torch.Generator().manual_seed(seed)
+    # Longer tokens a little more likely, as in a language model; still every spelling of a tag is possible.
+    lengths = torch.tensor([min(len(t), 8) for t in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))])
+    ids = torch.zeros((rows, 1), dtype=torch.long)
+    finished = torch.zeros(rows, dtype=torch.bool)
+    for _ in range(max_new):
+        scores = processor(ids, torch.randn((rows, len(tokenizer)), generator=gen) + 0.5 * lengths)
+        nxt = torch.multinomial(torch.softmax(scores, dim=-1), 1, generator=gen).squeeze(1)
+        nxt = torch.where(finished, torch.full_like(nxt, stops[0]), nxt)
+        finished |= torch.isin(nxt, torch.tensor(stops))
+        ids = torch.cat([ids, nxt[:, None]], dim=1)
+        if bool(finished.all()):
+            break
+    texts = [tokenizer.decode(row[1:].tolist(), skip_special_tokens=True) for row in ids]
+    return texts, finished, processor.stats
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _HAVE_EMBEDDED, reason="embedded model not installed (scripts/install.sh)")
+@pytest.mark.parametrize(("dom", "agents", "budget"), [("low", ["cot", "reflexion"], 144),
+                                                       ("high", ["cot", "sc", "reflexion", "debate"], 300)])
+def test_budgets_hold_with_the_real_tokenizer_for_any_sampler(dom, agents, budget) -> None:
+    """Uniform-ish random logits over SmolLM2's 49k tokens would spell tags one character at a time and
+    write multi-byte characters as byte pieces; forced markup in longest tokens and whole-character free text
+    keep every row inside the budget (before both rules, 4 of 24 low-DoM rows at 144 tokens ran out)."""
+    from transformers import AutoTokenizer
+
+    from mas_orchestra.models.embedded import embedded_model_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())
+    registry = offered_registry(None, agents=agents)
+    constraint = OrchestrationConstraint(dom=dom, registry=registry)
+    texts, finished, stats = _decode_real_tokenizer(constraint, tokenizer, rows=24, max_new=budget, seed=0)
+    assert bool(finished.all()), [t[-80:] for t, f in zip(texts, finished, strict=True) if not f]
+    for text in texts:
+        parse_orchestration(text, dom=dom, registry=registry)  # raises if any is invalid
+    assert stats.forced_tokens > 0 and stats.rejected_tokens == 0
+    assert all("\ufffd" not in text for text in texts)
+
+
+@pytest.mark.skipif(not _HAVE_EMBEDDED, reason="embedded model not installed (scripts/install.sh)")
+def test_whole_character_mask_blocks_byte_pieces_only() -> None:
+    from transformers import AutoTokenizer
+
+    from mas_orchestra.models.decoding import whole_character_mask
+    from mas_orchestra.models.embedded import embedded_model_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())
+    words = -(-len(tokenizer) // 32)
+    mask = whole_character_mask(tokenizer, words)
+    assert mask is whole_character_mask(tokenizer, words)  # cached
+
+    def allowed(token: int) -> bool:
+        return bool((int(mask[token // 32]) >> (token % 32)) & 1)
+
+    for text in ("<agent>", " the", "A1", "\n"):
+        assert all(allowed(t) for t in tokenizer.encode(text, add_special_tokens=False)), text
+    pieces = [t for t in tokenizer.encode("日本語", add_special_tokens=False)
+              if "\ufffd" in tokenizer.decode([t])]
+    assert pieces and not any(allowed(t) for t in pieces)
+    assert allowed(tokenizer.eos_token_id)
+

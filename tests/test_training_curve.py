@@ -138,3 +138,13 @@ def test_cli_plot_training_errors_are_one_line(tmp_path, capsys):
     _write_state(tmp_path / "empty", [{"step": 1, "loss": 0.3}])
     assert cli_main(["plot-training", str(tmp_path / "empty")]) == 2
     assert "no training steps" in capsys.readouterr().err
+
+
+def test_agent_shares_are_read_tabulated_and_only_used_kinds_shown():
+    history = [_entry(1, 0.25, **{"agent_share/cot": 0.75, "agent_share/debate": 0.25, "agent_share/sc": 0.0}),
+               _entry(2, 1.0, **{"agent_share/cot": 0.0, "agent_share/debate": 1.0, "agent_share/sc": 0.0})]
+    curve = curve_from_history(history)
+    assert curve[1].agent_share == {"cot": 0.0, "debate": 1.0, "sc": 0.0}
+    header, first, second = format_curve(curve).splitlines()
+    assert header.split()[-2:] == ["cot", "debate"] and "sc" not in header.split()
+    assert first.split()[-2:] == ["0.75", "0.25"] and second.split()[-2:] == ["0.00", "1.00"]

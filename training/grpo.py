@@ -8,8 +8,10 @@ parses, compiles and runs every completion's graph on the sub-agent model; each 
 ``adapter_config.json``, ``adapter_model.safetensors``, the tokenizer, ``trainer_state.json`` (whose
 ``log_history`` holds TRL's ``reward``/``kl``/... next to ours: ``valid_spec_rate``, ``status/<s>``,
 ``agents_per_spec``, ``delegation_share``…), ``orchestra_config.yaml`` (the resolved config),
-``checkpoint-<n>/`` every ``--save-steps``, and ``merged/`` with ``--merge``.
+``checkpoint-<n>/`` every ``--save-steps``, ``merged/`` with ``--merge``, ``reward_curve.png`` (redrawn at every
+checkpoint; ``mas-orchestra plot-training DIR``) and ``rollouts.jsonl`` (every sampled orchestration).
 
+A CPU run whose reward rises: ``--config recipes/cpu_learning.yaml`` (under 20 minutes, see training/README.md).
 GPU recipes: ``recipes/single_gpu_qwen1_5b.yaml``, ``recipes/paper_qwen7b.yaml`` (see training/README.md).
 """
 

@@ -70,6 +70,7 @@ class OrchestraGRPOTrainer(GRPOTrainer):
             logs["constrained/rollouts"] = float(stats.rows)
             logs["constrained/stage_switches"] = float(stats.stage_switches)
             logs["constrained/closings"] = float(stats.closings)
+            logs["constrained/forced_tokens"] = float(stats.forced_tokens)
             logs["constrained/mask_seconds"] = float(stats.mask_seconds)
         super().log(logs, start_time)
 

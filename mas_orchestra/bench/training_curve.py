@@ -14,7 +14,7 @@ import math
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ __all__ = [
     "format_curve",
     "load_curve",
     "plot_training",
+    "used_kinds",
 ]
 
 #: The PNG ``python -m training.grpo`` writes next to ``trainer_state.json``.
@@ -52,6 +53,8 @@ class CurvePoint:
     agents_per_spec: float
     delegation_share: float
     correct_rate: float
+    #: Each agent kind's share of the agent nodes in the step's valid specs (``agent_share/<kind>`` in the log).
+    agent_share: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,8 @@ def curve_from_history(history: Sequence[dict[str, Any]]) -> list[CurvePoint]:
             agents_per_spec=_number(entry, "agents_per_spec"),
             delegation_share=_number(entry, "delegation_share"),
             correct_rate=_number(entry, "correct_rate"),
+            agent_share={key.split("/", 1)[1]: float(value) for key, value in entry.items()
+                         if key.startswith("agent_share/") and isinstance(value, (int, float))},
         )
     return [by_step[step] for step in sorted(by_step)]
 
@@ -169,12 +174,23 @@ def compare_windows(curve: Sequence[CurvePoint], fraction: float = 0.2) -> Windo
     )
 
 
+def used_kinds(curve: Sequence[CurvePoint]) -> list[str]:
+    """The agent kinds some step's rollouts used, in the log's order."""
+    kinds: dict[str, None] = {}
+    for p in curve:
+        kinds.update({kind: None for kind, share in p.agent_share.items() if share > 0})
+    return list(kinds)
+
+
 def format_curve(curve: Sequence[CurvePoint]) -> str:
-    """A plain-text table of the curve, one row per step."""
-    lines = [f"{'step':>5} {'reward':>7} {'± std':>6} {'valid':>6} {'agents':>6} {'deleg':>6} {'correct':>7}"]
+    """A plain-text table of the curve, one row per step (with the share of each agent kind used)."""
+    kinds = used_kinds(curve)
+    lines = [f"{'step':>5} {'reward':>7} {'± std':>6} {'valid':>6} {'agents':>6} {'deleg':>6} {'correct':>7}"
+             + "".join(f" {kind[:9]:>9}" for kind in kinds)]
     for p in curve:
         lines.append(f"{p.step:>5} {p.reward:>7.3f} {p.reward_std:>6.3f} {p.valid_spec_rate:>6.2f} "
-                     f"{p.agents_per_spec:>6.2f} {p.delegation_share:>6.2f} {p.correct_rate:>7.3f}")
+                     f"{p.agents_per_spec:>6.2f} {p.delegation_share:>6.2f} {p.correct_rate:>7.3f}"
+                     + "".join(f" {p.agent_share.get(kind, 0.0):>9.2f}" for kind in kinds))
     return "\n".join(lines)
 
 
@@ -212,11 +228,16 @@ def plot_training(
     fig = Figure(figsize=(7, 3.6), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.subplots()
-    ax.fill_between(steps, [r - s for r, s in zip(rewards, stds, strict=True)],
-                    [r + s for r, s in zip(rewards, stds, strict=True)], alpha=0.15, color="C0", linewidth=0)
+    # The band is clipped to the reward's range [0, 1]: it shows the spread, not values a reward can take.
+    ax.fill_between(steps, [max(0.0, r - s) for r, s in zip(rewards, stds, strict=True)],
+                    [min(1.0, r + s) for r, s in zip(rewards, stds, strict=True)], alpha=0.15, color="C0",
+                    linewidth=0)
     ax.plot(steps, rewards, marker="o", color="C0", label="reward (mean ± std)")
     ax.plot(steps, [p.valid_spec_rate for p in curve], marker="s", color="C2", label="valid-spec rate")
     ax.plot(steps, [p.delegation_share for p in curve], linestyle="--", color="C1", label="delegation share")
+    for i, kind in enumerate(used_kinds(curve)):
+        ax.plot(steps, [p.agent_share.get(kind, 0.0) for p in curve], linewidth=0.9, alpha=0.7,
+                color=f"C{4 + i}", label=f"share {kind}")
     ax.set_xlabel("optimizer step")
     ax.set_ylim(-0.05, 1.15)
     ax.grid(alpha=0.3)

@@ -7,6 +7,12 @@ the edge grammar built from what it wrote; when a reply is about to run out of t
 grammar that closes the reasoning and writes the answer. Used by ``HFChatModel`` (``constraint=`` per call)
 and by GRPO training rollouts (:func:`constrain_generate`).
 
+Two rules keep the constraints' token budgets true for any sampling. Text the grammar forces (tags, closing
+markup) is written with xgrammar's longest-match tokens instead of whatever prefix token was sampled — the
+budget fitting counts markup at several characters per token, and a sampler free to spell ``</agent>`` one
+character at a time would break it. Tokens that are only part of a UTF-8 character (byte-level BPE pieces)
+are never sampled, so every free-text token is at least one character, as the fitting counts it.
+
 Imports torch, transformers and xgrammar; nothing in the core imports this module at import time.
 """
 
@@ -73,6 +79,53 @@ def grammar_compiler(tokenizer: Any, vocab_size: int, stop_ids: list[int]) -> An
         return compiler
 
 
+_WHOLE_CHARACTER_MASKS: weakref.WeakKeyDictionary[Any, dict[int, Any]] = weakref.WeakKeyDictionary()
+
+
+def whole_character_mask(tokenizer: Any, words: int) -> Any:
+    """A token bitmask (xgrammar's layout: ``words`` int32 words, bit ``t % 32`` of word ``t // 32``) that
+    allows every token except those decoding to an incomplete UTF-8 character (byte-level BPE pieces of
+    a multi-byte character). Cached per tokenizer."""
+    import numpy as np
+    import torch
+
+    with _COMPILERS_LOCK:
+        cached = _WHOLE_CHARACTER_MASKS.setdefault(tokenizer, {}).get(words)
+        if cached is not None:
+            return cached
+    # Ids past the tokenizer's vocabulary (a model's padded embedding rows) stay allowed: the grammar masks them.
+    n = min(words * 32, len(tokenizer)) if hasattr(tokenizer, "__len__") else words * 32
+    ids = [[i] for i in range(n)]
+    batch_decode = getattr(tokenizer, "batch_decode", None)
+    texts = batch_decode(ids) if batch_decode else [_decode_or_empty(tokenizer, i) for i in ids]
+    bits = np.ones(words * 32, dtype=bool)
+    for token, text in enumerate(texts):
+        if "\ufffd" in text:
+            bits[token] = False
+    # Little-endian bit order inside each 32-bit word, as xgrammar packs its bitmask.
+    packed = np.packbits(bits.reshape(words, 32), axis=1, bitorder="little").view("<i4").reshape(words)
+    mask = torch.from_numpy(packed.copy())
+    with _COMPILERS_LOCK:
+        _WHOLE_CHARACTER_MASKS[tokenizer][words] = mask
+    return mask
+
+
+def _decode_or_empty(tokenizer: Any, ids: list[int]) -> str:
+    try:
+        return str(tokenizer.decode(ids))
+    except (IndexError, KeyError, ValueError):
+        return ""
+
+
+def _only_token(token: int, words: int) -> Any:
+    import numpy as np
+    import torch
+
+    bits = np.zeros(words * 32, dtype=bool)
+    bits[token] = True
+    return torch.from_numpy(np.packbits(bits.reshape(words, 32), axis=1, bitorder="little").view("<i4").reshape(words))
+
+
 def _compile(compiler: Any, grammar: str, what: str) -> Any:
     try:
         return compiler.compile_grammar(grammar)
@@ -91,6 +144,7 @@ class DecodingStats:
     stage_switches: int = 0
     closings: int = 0
     rejected_tokens: int = 0
+    forced_tokens: int = 0
     mask_seconds: float = 0.0
 
 
@@ -119,6 +173,7 @@ class ConstrainedLogitsProcessor:
     _start: int = 0
     _bitmask: Any = None
     _reserve: int = 0
+    _whole: Any = None
 
     def __post_init__(self) -> None:
         self._xgr = require_xgrammar()
@@ -139,6 +194,7 @@ class ConstrainedLogitsProcessor:
             self._start = int(input_ids.shape[1])
             self._rows = [_Row(xgr.GrammarMatcher(self._first)) for _ in range(input_ids.shape[0])]
             self._bitmask = xgr.allocate_token_bitmask(len(self._rows), self._first.tokenizer_info.vocab_size)
+            self._whole = whole_character_mask(self.tokenizer, int(self._bitmask.shape[1]))
             self.stats.rows += len(self._rows)
         else:
             generated = int(input_ids.shape[1]) - self._start
@@ -169,12 +225,24 @@ class ConstrainedLogitsProcessor:
                         self.stats.closings += 1
         for i, row in enumerate(self._rows):
             if not row.done:
-                row.matcher.fill_next_token_bitmask(self._bitmask, i)
+                self._fill(row, i)
         device = scores.device
         masked = scores if device.type in ("cpu", "cuda") else scores.to("cpu")
         xgr.apply_token_bitmask_inplace(masked, self._bitmask.to(masked.device))
         self.stats.mask_seconds += time.perf_counter() - started
         return masked if masked.device == device else masked.to(device)
+
+
+    def _fill(self, row: _Row, i: int) -> None:
+        row.matcher.fill_next_token_bitmask(self._bitmask, i)
+        forced = row.matcher.find_jump_forward_tokens()
+        if forced:  # markup the grammar forces: spell it with the longest tokens (see the module docstring)
+            self._bitmask[i] = _only_token(int(forced[0]), int(self._bitmask.shape[1]))
+            self.stats.forced_tokens += 1
+            return
+        whole = self._bitmask[i] & self._whole
+        if bool(whole.any()):  # never leave a row without a token (a grammar that only allows a piece)
+            self._bitmask[i] = whole
 
 
 def constrain_generate(model: Any, tokenizer: Any, constraint: OutputConstraint) -> DecodingStats:
@@ -201,7 +269,7 @@ def constrain_generate(model: Any, tokenizer: Any, constraint: OutputConstraint)
         try:
             return original(inner, *args, logits_processor=processors, **kwargs)
         finally:
-            for name in ("rows", "stage_switches", "closings", "rejected_tokens", "mask_seconds"):
+            for name in ("rows", "stage_switches", "closings", "rejected_tokens", "forced_tokens", "mask_seconds"):
                 setattr(totals, name, getattr(totals, name) + getattr(processor.stats, name))
 
     inner.generate = generate

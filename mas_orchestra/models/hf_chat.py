@@ -219,6 +219,7 @@ class HFChatModel(BaseChatModel):
                 "constraint": constraint.name,
                 "stage_switches": processor.stats.stage_switches,
                 "closings": processor.stats.closings,
+                "forced_tokens": processor.stats.forced_tokens,
                 "mask_seconds": round(processor.stats.mask_seconds, 4),
             }
         message = AIMessage(
