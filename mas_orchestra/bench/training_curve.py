@@ -175,11 +175,8 @@ def compare_windows(curve: Sequence[CurvePoint], fraction: float = 0.2) -> Windo
 
 
 def used_kinds(curve: Sequence[CurvePoint]) -> list[str]:
-    """The agent kinds some step's rollouts used, in the log's order."""
-    kinds: dict[str, None] = {}
-    for p in curve:
-        kinds.update({kind: None for kind, share in p.agent_share.items() if share > 0})
-    return list(kinds)
+    """The agent kinds some step's rollouts used, sorted by name (the same columns for every run)."""
+    return sorted({kind for p in curve for kind, share in p.agent_share.items() if share > 0})
 
 
 def format_curve(curve: Sequence[CurvePoint]) -> str:
