@@ -418,3 +418,16 @@ def test_whole_character_mask_blocks_byte_pieces_only() -> None:
     assert pieces and not any(allowed(t) for t in pieces)
     assert allowed(tokenizer.eos_token_id)
 
+
+
+@pytest.mark.parametrize("token", [0, 5, 31, 32, 63, 49151])
+def test_forcing_a_token_leaves_exactly_its_bit(token: int) -> None:
+    """xgrammar's bitmask packs 32 tokens per int32 word; bit 31 is the sign bit."""
+    import numpy as np
+
+    from mas_orchestra.models.decoding import _allow_only
+
+    row = torch.full((1536,), -1, dtype=torch.int32)
+    _allow_only(row, token)
+    bits = np.unpackbits(row.numpy().view(np.uint8), bitorder="little")
+    assert int(bits.sum()) == 1 and bits[token] == 1

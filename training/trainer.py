@@ -74,7 +74,6 @@ class OrchestraGRPOTrainer(GRPOTrainer):
             logs["constrained/mask_seconds"] = float(stats.mask_seconds)
         super().log(logs, start_time)
 
-
     def _append_rollouts(self, records: list[RolloutRecord]) -> None:
         if self.rollout_log is None or not self.accelerator.is_main_process:
             return

@@ -117,13 +117,11 @@ def _decode_or_empty(tokenizer: Any, ids: list[int]) -> str:
         return ""
 
 
-def _only_token(token: int, words: int) -> Any:
-    import numpy as np
-    import torch
-
-    bits = np.zeros(words * 32, dtype=bool)
-    bits[token] = True
-    return torch.from_numpy(np.packbits(bits.reshape(words, 32), axis=1, bitorder="little").view("<i4").reshape(words))
+def _allow_only(row: Any, token: int) -> None:
+    """Clear the bitmask ``row`` (int32 words, as in :func:`whole_character_mask`) but for ``token``'s bit."""
+    row.zero_()
+    bit = 1 << (token % 32)
+    row[token // 32] = bit - (1 << 32) if bit >= 1 << 31 else bit  # bit 31 is the int32 sign bit
 
 
 def _compile(compiler: Any, grammar: str, what: str) -> Any:
@@ -232,12 +230,11 @@ class ConstrainedLogitsProcessor:
         self.stats.mask_seconds += time.perf_counter() - started
         return masked if masked.device == device else masked.to(device)
 
-
     def _fill(self, row: _Row, i: int) -> None:
         row.matcher.fill_next_token_bitmask(self._bitmask, i)
         forced = row.matcher.find_jump_forward_tokens()
         if forced:  # markup the grammar forces: spell it with the longest tokens (see the module docstring)
-            self._bitmask[i] = _only_token(int(forced[0]), int(self._bitmask.shape[1]))
+            _allow_only(self._bitmask[i], int(forced[0]))
             self.stats.forced_tokens += 1
             return
         whole = self._bitmask[i] & self._whole
