@@ -1,5 +1,5 @@
 """The one JSONL reader (mas_orchestra.bench.datasets.read_rows) behind eval's load_rows and training's load_jsonl,
-and the evaluation package (mas_orchestra.bench.evaluation) behind the documented path mas_orchestra.eval."""
+and the evaluation package (mas_orchestra.bench.evaluation)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from mas_orchestra import eval as documented_eval
-from mas_orchestra.bench import evaluation
 from mas_orchestra.bench import evaluation as ev
 from mas_orchestra.bench.datasets import read_rows
 from mas_orchestra.errors import DataError, MasOrchestraError
@@ -109,16 +107,9 @@ def test_shared_data_files_read_through_both(data_dir):
 
 # -- the evaluation package ---------------------------------------------------------------------------------
 
-def test_the_documented_eval_path_reexports_the_package_as_the_same_objects():
-    assert documented_eval.__all__ == evaluation.__all__
-    for name in evaluation.__all__:
-        assert getattr(documented_eval, name) is getattr(evaluation, name), name
-
-
 def test_no_evaluation_module_is_over_500_lines():
     sizes = {p.name: len(p.read_text(encoding="utf-8").splitlines())
-             for p in [*(REPO / "mas_orchestra" / "bench" / "evaluation").glob("*.py"),
-                       REPO / "mas_orchestra" / "eval.py"]}
+             for p in (REPO / "mas_orchestra" / "bench" / "evaluation").glob("*.py")}
     assert sizes and max(sizes.values()) <= 500, sizes
 
 

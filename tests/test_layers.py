@@ -59,30 +59,41 @@ def test_no_exec_or_eval_of_model_text():
     assert offenders == []
 
 
-# The import paths the README, the training README and the notebooks use, and where their code lives now.
-DOCUMENTED_PATHS = {
-    "mas_orchestra.checkpoint": "mas_orchestra.runtime.checkpoint",
-    "mas_orchestra.datasets": "mas_orchestra.bench.datasets",
-    "mas_orchestra.eval": "mas_orchestra.bench.evaluation",
-    "mas_orchestra.grading": "mas_orchestra.bench.grading",
-    "mas_orchestra.grammar": "mas_orchestra.spec.grammar",
-    "mas_orchestra.hf_chat": "mas_orchestra.models.hf_chat mas_orchestra.models.embedded",
-    "mas_orchestra.masbench": "mas_orchestra.bench.masbench",
-    "mas_orchestra.pricing": "mas_orchestra.runtime.pricing",
-    "mas_orchestra.threads": "mas_orchestra.runtime.threads",
-}
+# Old import paths whose re-export modules were removed: one import path per thing.
+REMOVED_PATHS = [
+    "mas_orchestra.checkpoint",
+    "mas_orchestra.datasets",
+    "mas_orchestra.eval",
+    "mas_orchestra.grading",
+    "mas_orchestra.grammar",
+    "mas_orchestra.hf_chat",
+    "mas_orchestra.masbench",
+    "mas_orchestra.pricing",
+    "mas_orchestra.threads",
+]
 
 
-@pytest.mark.parametrize("old", sorted(DOCUMENTED_PATHS))
-def test_documented_import_paths_reexport_the_new_modules(old):
+@pytest.mark.parametrize("old", REMOVED_PATHS)
+def test_removed_reexport_paths_stay_removed(old):
     import importlib
 
-    shim = importlib.import_module(old)
-    homes = [importlib.import_module(name) for name in DOCUMENTED_PATHS[old].split()]
-    assert shim.__all__
-    for name in shim.__all__:
-        (home,) = [m for m in homes if name in m.__all__]
-        assert getattr(shim, name) is getattr(home, name), name
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)
+
+
+def test_no_module_only_reexports_another():
+    """A module whose body is only imports plus ``__all__`` is a re-export shim; we keep none."""
+    shims = []
+    for package in ORDER:
+        for path in (REPO / package).rglob("*.py") if (REPO / package).is_dir() else []:
+            if path.name == "__init__.py" or path.name == "__main__.py":
+                continue
+            body = ast.parse(path.read_text(encoding="utf-8")).body
+            kinds = {type(node) for node in body if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))}
+            imports_only = kinds <= {ast.Import, ast.ImportFrom, ast.Assign}
+            if body and imports_only and any(isinstance(node, ast.ImportFrom) for node in body):
+                shims.append(str(path.relative_to(REPO)))
+    assert shims == []
 
 
 def test_the_package_exports_the_entry_points():

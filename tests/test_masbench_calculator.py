@@ -53,7 +53,7 @@ def _run(kind: str, question: str):
     params = {"roles": ["Solver", "Checker"]} if kind == "debate" else {}
     spec = spec_from_data({"nodes": [{"id": "A1", "agent": kind, "description": "solve", "input": "",
                                       "params": params}]})
-    model = resolve_model("python:mas_orchestra.masbench:MasbenchCalculator")
+    model = resolve_model("python:mas_orchestra.bench.masbench:MasbenchCalculator")
     return asyncio.run(execute_spec(spec, question, model=model))
 
 

@@ -402,7 +402,7 @@ def test_recipes_parse(recipe):
         assert completions == 64 * 32  # 64 prompts x 32 rollouts per optimizer step
     if recipe == "cpu_learning.yaml":  # the learning demo: real model, grammar, a calculator sub-agent, LoRA
         assert cfg.model == "embedded" and cfg.constrained and cfg.dom == "low" and cfg.merge
-        assert cfg.subagent == "python:mas_orchestra.masbench:MasbenchCalculator"
+        assert cfg.subagent == "python:mas_orchestra.bench.masbench:MasbenchCalculator"
         assert cfg.agent_kinds == ["cot", "sc", "debate"] and cfg.dataset.endswith("split=train")
         assert cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps % cfg.num_generations == 0
     if recipe == "single_gpu_qwen1_5b.yaml":

@@ -41,9 +41,9 @@ file, a row without ``id``/``question``/``answer``, a config mismatch, a missing
 A run directory is locked (``flock`` on ``.lock``) while an eval writes to it, so two evals cannot
 interleave their lines; the lock dies with the process, so a killed eval never leaves a stale lock.
 
-Layout of this package (its public names are re-exported here and by the documented path
-``mas_orchestra.eval``): :mod:`~mas_orchestra.bench.evaluation.common` (file names, literal lists, errors,
-:func:`load_rows`), :mod:`~mas_orchestra.bench.evaluation.storage` (``results.jsonl``, lock, config check),
+Layout of this package (its public names are re-exported here):
+:mod:`~mas_orchestra.bench.evaluation.common` (file names, literal lists, errors, :func:`load_rows`),
+:mod:`~mas_orchestra.bench.evaluation.storage` (``results.jsonl``, lock, config check),
 :mod:`~mas_orchestra.bench.evaluation.summary` (:func:`summarize`, :func:`format_summary`),
 :mod:`~mas_orchestra.bench.evaluation.plots` (:func:`pareto_plot`), :mod:`~mas_orchestra.bench.evaluation.runner`
 (:func:`aevaluate`, :func:`evaluate`) and :mod:`~mas_orchestra.bench.evaluation.cli` (:func:`add_cli`).

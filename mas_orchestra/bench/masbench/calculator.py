@@ -14,8 +14,8 @@ previous round) or a chain of agents wired with ``${id}`` reach deeper. That mak
 on the orchestration — the sub-agent stands in for a weak model that "MAS beats mostly where sub-agents are
 weak" (DESIGN §8) — and it makes training runs cheap: a call costs microseconds and no tokens.
 
-Use it as a sub-agent model string: ``python:mas_orchestra.masbench:MasbenchCalculator`` (one round
-per call) or ``python:mas_orchestra.masbench:TwoRoundCalculator``.
+Use it as a sub-agent model string: ``python:mas_orchestra.bench.masbench:MasbenchCalculator`` (one round
+per call) or ``python:mas_orchestra.bench.masbench:TwoRoundCalculator``.
 """
 
 from __future__ import annotations
@@ -246,5 +246,5 @@ class MasbenchCalculator(BaseChatModel):
 
 
 def TwoRoundCalculator() -> MasbenchCalculator:
-    """A calculator with two rounds per call (``python:mas_orchestra.masbench:TwoRoundCalculator``)."""
+    """A calculator with two rounds per call (``python:mas_orchestra.bench.masbench:TwoRoundCalculator``)."""
     return MasbenchCalculator(rounds=2, model_name="masbench-calculator-2")
