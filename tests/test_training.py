@@ -232,7 +232,8 @@ def test_32_rollouts_run_concurrently():
           f"same batch without latency {cpu_only:.2f}s; sequential would be {sequential:.1f}s "
           f"({sequential / wall:.0f}x slower); peak in flight {model.peak_in_flight}")
     assert out == [1.0] * 32 and model.calls == 128
-    assert wall < max(3.0, cpu_only + 2 * critical_path)
+    # concurrency is asserted by what was in flight at once, not by the wall time (a loaded machine stretches
+    # walls; benchmarks/rollout_bench.py measures the speed-up as a ratio)
     assert model.peak_in_flight >= 32 * 3 * 0.9
 
 
