@@ -64,6 +64,11 @@ class CallCollector(AsyncCallbackHandler):
         if call is not None:
             self._finish(run_id, call, reply="", tokens=0, error=f"{type(error).__name__}: {error}")
 
+    def abandon(self, reason: str) -> None:
+        """End the calls still open when the run stopped (a cancelled call reports no end of its own)."""
+        for run_id in list(self._open):
+            self._finish(run_id, self._open.pop(run_id), reply="", tokens=0, error=f"no reply: {reason}")
+
     def _finish(self, run_id: UUID, call: dict[str, Any], **fields: Any) -> None:
         seconds = round(time.perf_counter() - call.pop("started"), 3)
         self.emit({"type": "call", "call": str(run_id), **call, "seconds": seconds, **fields})

@@ -245,16 +245,17 @@ class LiveRuns:
         live.task = asyncio.create_task(self._run(live, resume), name=f"studio run {live.thread_id}")
 
     async def _run(self, live: LiveRun, resume: Any) -> None:
-        state = "failed"
+        state, stop_reason = "failed", "the run stopped"
+        collector = CallCollector(live.emit)
         try:
             orchestra = await self._orchestra(live.request)
-            collector = CallCollector(live.emit)
             async for event in orchestra.astream(
                 live.request.question, callbacks=[collector], thread_id=live.thread_id, resume=resume
             ):
                 public = await public_event(event, live.request)
                 if public["type"] == "outcome":
                     state = "waiting" if public["status"] == "interrupted" else "finished"
+                    stop_reason = public["error"] or stop_reason
                 live.emit(public)
         except (MasOrchestraError, ValueError) as exc:
             live.emit({"type": "error", "message": f"{type(exc).__name__}: {exc}"})
@@ -262,6 +263,7 @@ class LiveRuns:
             log.exception("studio run %s failed", live.thread_id)
             live.emit({"type": "error", "message": f"{type(exc).__name__}: {exc}"})
         finally:
+            collector.abandon(stop_reason)
             live.state = state
             live.emit({"type": "state", "state": state})
 
