@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -319,7 +318,7 @@ def test_a_truncated_or_broken_jsonl_line_is_a_warning_and_a_growing_file_is_ind
 
 def test_a_folder_that_is_not_a_run_folder_is_refused_at_start(tmp_path):
     (tmp_path / "empty").mkdir()
-    with pytest.raises(RunFolderError, match="not a run folder.*results.jsonl.*rollouts.jsonl"):
+    with pytest.raises(RunFolderError, match=r"not a run folder.*results\.jsonl.*rollouts\.jsonl"):
         create_app([tmp_path / "empty"], tmp_path / "s.sqlite")
     with pytest.raises(RunFolderError, match="no such folder"):
         create_app([tmp_path / "missing"], tmp_path / "s.sqlite")
