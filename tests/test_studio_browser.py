@@ -91,9 +91,15 @@ def shot_on_failure(page, name):
 
 
 def view_shot(page, name):
-    if SHOTS:
-        Path(SHOTS).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(SHOTS) / f"{name}.png"))
+    """Save a view for the README (palette PNG: a few hundred colours suffice and keep each under 200 KB)."""
+    if not SHOTS:
+        return
+    from PIL import Image
+
+    target = Path(SHOTS) / f"{name}.png"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(target))
+    Image.open(target).convert("RGB").quantize(colors=128).save(target, optimize=True)
 
 
 def open_live(page, base):

@@ -235,7 +235,7 @@ function renderResult(outcome) {
     outcome.answer != null ? el("div", {}, el("h4", {}, "Final answer"), pre(outcome.answer, "answer")) : null,
     expected != null ? el("p", {}, "Expected: ", el("code", {}, expected)) : null,
     outcome.grade_error ? el("p", { class: "muted" }, outcome.grade_error) : null,
-    outcome.error ? el("p", { class: "error" }, outcome.error) : null,
+    outcome.error ? el("p", { class: outcome.status === "interrupted" ? "muted" : "error" }, outcome.error) : null,
     el("table", { class: "usage" },
       el("tr", {}, ...["calls (orch. / sub)", "tokens in / out", "cost $", "wall s"].map((h) => el("th", {}, h))),
       el("tr", {}, el("td", {}, `${usage.orchestrator_calls ?? 0} / ${usage.subagent_calls ?? 0}`),
