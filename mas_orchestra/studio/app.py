@@ -8,6 +8,7 @@ for ASGI servers that import an app by name, e.g. ``"http": {"app": "mas_orchest
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import AsyncIterator, Sequence
@@ -20,6 +21,7 @@ from mas_orchestra.registry import default_registry
 from mas_orchestra.studio.browse import RowFilter, RunFolder, open_run_folders
 from mas_orchestra.studio.common import StudioInputError
 from mas_orchestra.studio.demo import DEMO_ORCHESTRATOR
+from mas_orchestra.studio.graph import graph_of
 from mas_orchestra.studio.live import LiveRuns, RunRequest, validate_edit
 from mas_orchestra.studio.samples import load_samples
 
@@ -78,6 +80,9 @@ class Studio:
 
     # -- routes -------------------------------------------------------------------------------
 
+    # File and SQLite reads run in worker threads: the event loop stays free for the live streams (and the
+    # LangGraph dev server, which flags blocking calls on its loop, accepts the app).
+
     async def index(self, request: Request) -> Response:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
@@ -97,13 +102,11 @@ class Studio:
         if not isinstance(body, dict):
             raise StudioInputError("send {\"spec\": text, \"thread_id\": id}")
         live = await self.live.get(str(body.get("thread_id", "")))
-        orchestra = await self.live._orchestra(live.request)
+        orchestra = await self.live.orchestra_for(live.request)
         try:
             spec = validate_edit(body.get("spec"), orchestra)
         except StudioInputError as exc:
             return _json({"ok": False, "problems": exc.problems})
-        from mas_orchestra.studio.graph import graph_of
-
         return _json({"ok": True, "problems": [], "graph": graph_of(spec)})
 
     async def start_run(self, request: Request) -> Response:
@@ -111,7 +114,7 @@ class Studio:
         return _json({"thread_id": live.thread_id}, status=201)
 
     async def threads(self, request: Request) -> Response:
-        return _json(self.live.threads())
+        return _json(await self.live.threads())
 
     async def thread(self, request: Request) -> Response:
         live = await self.live.get(request.path_params["thread"])
@@ -137,10 +140,10 @@ class Studio:
         return _json({"thread_id": live.thread_id, "state": live.state})
 
     async def folders_route(self, request: Request) -> Response:
-        return _json([folder.summary() for folder in self.folders])
+        return _json([await asyncio.to_thread(folder.summary) for folder in self.folders])
 
     async def folder_route(self, request: Request) -> Response:
-        return _json(self.folder(request).summary())
+        return _json(await asyncio.to_thread(self.folder(request).summary))
 
     async def rows(self, request: Request) -> Response:
         params = request.query_params
@@ -153,14 +156,14 @@ class Studio:
             kind=params.get("kind") or None, agents=_int(params, "agents"), step=_int(params, "step"),
             text=text or None,
         )
-        page = self.folder(request).page(row_filter, _int(params, "offset", 0) or 0, _int(params, "limit", 50) or 50)
-        return _json(page)
+        offset, limit = _int(params, "offset", 0) or 0, _int(params, "limit", 50) or 50
+        return _json(await asyncio.to_thread(self.folder(request).page, row_filter, offset, limit))
 
     async def sample(self, request: Request) -> Response:
-        return _json(self.folder(request).sample(request.path_params["row"]))
+        return _json(await asyncio.to_thread(self.folder(request).sample, request.path_params["row"]))
 
     async def curve(self, request: Request) -> Response:
-        return _json(self.folder(request).curve())
+        return _json(await asyncio.to_thread(self.folder(request).curve))
 
 
 async def _sse(events: AsyncIterator[dict[str, Any] | None]) -> AsyncIterator[str]:

@@ -159,12 +159,18 @@ class LiveRuns:
 
     # -- threads ------------------------------------------------------------------------------
 
-    def threads(self) -> list[dict[str, Any]]:
+    async def _sql(self, statement: str, *params: Any) -> list[tuple[Any, ...]]:
+        """One statement on the threads table, off the event loop (a server may forbid blocking calls there)."""
+
+        def run() -> list[tuple[Any, ...]]:
+            with contextlib.closing(sqlite3.connect(self.db, timeout=30)) as conn, conn:
+                return conn.execute(statement, params).fetchall()
+
+        return await asyncio.to_thread(run)
+
+    async def threads(self) -> list[dict[str, Any]]:
         """Every thread of the file, newest first, with its state when it is live in this server."""
-        with contextlib.closing(sqlite3.connect(self.db, timeout=30)) as conn:
-            rows = conn.execute(
-                "SELECT thread_id, created, request FROM studio_threads ORDER BY created DESC"
-            ).fetchall()
+        rows = await self._sql("SELECT thread_id, created, request FROM studio_threads ORDER BY created DESC")
         out = []
         for thread_id, created, request in rows:
             live = self._runs.get(thread_id)
@@ -180,11 +186,10 @@ class LiveRuns:
             live = self._runs.get(thread_id)
             if live is not None:
                 return live
-            with contextlib.closing(sqlite3.connect(self.db, timeout=30)) as conn:
-                row = conn.execute("SELECT request FROM studio_threads WHERE thread_id = ?", (thread_id,)).fetchone()
-            if row is None:
+            rows = await self._sql("SELECT request FROM studio_threads WHERE thread_id = ?", thread_id)
+            if not rows:
                 raise StudioInputError(f"no thread {thread_id!r} in {self.db}", status=404)
-            live = LiveRun(thread_id, RunRequest.model_validate_json(row[0]))
+            live = LiveRun(thread_id, RunRequest.model_validate_json(rows[0][0]))
             self._runs[thread_id] = live
             live.emit({"type": "restored", "request": live.request.model_dump(mode="json")})
             self._drive(live, NO_RESUME)
@@ -192,11 +197,11 @@ class LiveRuns:
 
     async def start(self, request: RunRequest) -> LiveRun:
         """Start a run on a new thread (the models are set up first, so a bad model string starts nothing)."""
-        await self._orchestra(request)
+        await self.orchestra_for(request)
         thread_id = f"studio-{uuid.uuid4().hex[:12]}"
-        with contextlib.closing(sqlite3.connect(self.db, timeout=30)) as conn, conn:
-            conn.execute("INSERT INTO studio_threads VALUES (?, ?, ?)",
-                         (thread_id, time.time(), request.model_dump_json()))
+        await self._sql(
+            "INSERT INTO studio_threads VALUES (?, ?, ?)", thread_id, time.time(), request.model_dump_json()
+        )
         live = LiveRun(thread_id, request)
         self._runs[thread_id] = live
         live.emit({"type": "started", "request": request.model_dump(mode="json")})
@@ -210,7 +215,7 @@ class LiveRuns:
             raise StudioInputError(f"thread {thread_id} is running; wait for it to stop before answering", status=409)
         if live.state != "waiting":
             raise StudioInputError(f"thread {thread_id} is not waiting for approval (it is {live.state})", status=409)
-        orchestra = await self._orchestra(live.request)
+        orchestra = await self.orchestra_for(live.request)
         value: Any
         if "spec" in decision:
             spec = validate_edit(decision["spec"], orchestra)
@@ -226,7 +231,8 @@ class LiveRuns:
 
     # -- internals ----------------------------------------------------------------------------
 
-    async def _orchestra(self, request: RunRequest) -> Orchestra:
+    async def orchestra_for(self, request: RunRequest) -> Orchestra:
+        """The (cached) Orchestra of a request's models and options."""
         key = request.model_dump_json(exclude={"question", "expected"})
         orchestra = self._orchestras.get(key)
         if orchestra is None:
@@ -248,7 +254,7 @@ class LiveRuns:
         state, stop_reason = "failed", "the run stopped"
         collector = CallCollector(live.emit)
         try:
-            orchestra = await self._orchestra(live.request)
+            orchestra = await self.orchestra_for(live.request)
             async for event in orchestra.astream(
                 live.request.question, callbacks=[collector], thread_id=live.thread_id, resume=resume
             ):
