@@ -106,6 +106,21 @@ def test_an_unknown_model_string_is_refused_before_any_thread_exists(client):
     assert client.get("/api/runs").json() == []
 
 
+def test_the_agents_offered_and_the_dom_reach_the_run(client):
+    # The demo plan uses an SC node: offering only CoT makes it an invalid orchestration, shown as such.
+    thread = _start(client, agents=["cot"])
+    wait_state(client, thread, ("finished",))
+    (outcome,) = _outcomes(events_so_far(client, thread))
+    assert outcome["status"] == "invalid_spec" and "SCAgent" in outcome["error"]
+    assert "SCAgent" not in next(e for e in events_so_far(client, thread) if e["type"] == "call")["prompt"].split("# Task")[0]
+    refused = client.post("/api/runs", json={"question": "q", "orchestrator": DEMO, "subagent": "scripted:1",
+                                             "agents": ["oracle"]})
+    assert refused.status_code == 400 and "oracle" in refused.json()["error"]
+    constrained = client.post("/api/runs", json={"question": "q", "orchestrator": DEMO, "subagent": "scripted:1",
+                                                 "constrained": "on"})
+    assert constrained.status_code == 400 and "constrained" in constrained.json()["error"].lower()
+
+
 def test_python_model_strings_need_the_flag_except_the_demo(tmp_path):
     with TestClient(create_app([], tmp_path / "s.sqlite")) as c:
         refused = c.post("/api/runs", json={"question": "q", "orchestrator": CHAIN, "subagent": "scripted:1"})
