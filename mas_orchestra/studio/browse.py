@@ -63,6 +63,14 @@ class Row:
         }
 
 
+_SHARED: dict[Any, Any] = {}
+
+
+def _shared(value: Any) -> Any:
+    """One object per distinct status string / kinds tuple across all rows (thousands of rows share a few)."""
+    return _SHARED.setdefault(value, value)
+
+
 def _number(value: Any, default: float = 0.0) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
@@ -73,9 +81,9 @@ def _eval_row(record: dict[str, Any], number: int, line: int, offset: int, lengt
     usage: dict[str, Any] = record["usage"] if isinstance(record.get("usage"), dict) else {}
     return Row(
         number=number, line=line, offset=offset, length=length,
-        id=f"{record.get('id', line)}#{record.get('sample', 0)}", status=str(record.get("status", "?")),
+        id=f"{record.get('id', line)}#{record.get('sample', 0)}", status=_shared(str(record.get("status", "?"))),
         correct=bool(record["correct"]) if "correct" in record else None,
-        kinds=tuple(sorted({str(n.get("agent")) for n in nodes if isinstance(n, dict)})),
+        kinds=_shared(tuple(sorted({str(n.get("agent")) for n in nodes if isinstance(n, dict)}))),
         agents=len(nodes) if spec else None, calls=int(_number(usage.get("subagent_calls"))),
         cost=_number(usage.get("cost_usd")), step=None, reward=None,
         question=clip(record.get("question"), _QUESTION_CHARS),
@@ -88,9 +96,10 @@ def _rollout_row(record: dict[str, Any], number: int, line: int, offset: int, le
     step = record.get("step")
     return Row(
         number=number, line=line, offset=offset, length=length,
-        id=f"step {step} #{record.get('index', line)}", status=str(record.get("status", "?")),
+        id=f"step {step} #{record.get('index', line)}", status=_shared(str(record.get("status", "?"))),
         correct=bool(record["correct"]) if "correct" in record else None,
-        kinds=tuple(sorted(str(k) for k, n in counts.items() if n)), agents=agents if isinstance(agents, int) else None,
+        kinds=_shared(tuple(sorted(str(k) for k, n in counts.items() if n))),
+        agents=agents if isinstance(agents, int) else None,
         calls=int(_number(record.get("subagent_calls"))), cost=_number(record.get("cost_usd")),
         step=step if isinstance(step, int) else None, reward=_number(record.get("reward"), math.nan),
         question=clip(record.get("question"), _QUESTION_CHARS),
