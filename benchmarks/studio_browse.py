@@ -90,6 +90,24 @@ def _naive_load(path: Path) -> dict[str, float]:
     return naive
 
 
+def _traced_mb(path: Path) -> dict[str, float]:
+    """Python heap held after indexing the file (the studio's index) vs after parsing it whole into a list,
+    each measured with tracemalloc in a fresh process."""
+    code = ("import json, sys, time, tracemalloc; from pathlib import Path; "
+            "from mas_orchestra.studio.browse import RunFile; "
+            "tracemalloc.start(); t = time.perf_counter(); "
+            "held = RunFile(Path(sys.argv[1]), 'training') if sys.argv[2] == 'index' else None; "
+            "held.refresh() if held else None; "
+            "held = held or [json.loads(l) for l in open(sys.argv[1], encoding='utf-8')]; "
+            "s = time.perf_counter() - t; cur, peak = tracemalloc.get_traced_memory(); "
+            "print(json.dumps({'seconds': s, 'held_mb': cur / 2**20, 'peak_mb': peak / 2**20}))")
+    out = {}
+    for mode in ("index", "whole"):
+        proc = subprocess.run([sys.executable, "-c", code, str(path), mode], capture_output=True, text=True, check=True)
+        out[mode] = {k: round(v, 3) for k, v in json.loads(proc.stdout).items()}
+    return out
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -156,6 +174,7 @@ def measure(rows: int) -> dict[str, Any]:
             os.killpg(server.pid, signal.SIGTERM)
             server.wait(timeout=30)
         result["naive_whole_file_load"] = _naive_load(run / "rollouts.jsonl")
+        result["python_heap_index_vs_whole"] = _traced_mb(run / "rollouts.jsonl")
     return result
 
 
