@@ -199,6 +199,24 @@ def test_a_server_restart_resumes_the_thread_from_the_file(tmp_path):
         assert third.get("/api/runs/..%2F..%2Fetc").status_code == 404
 
 
+def test_a_run_cut_off_by_a_server_stop_goes_on_from_its_checkpoint_after_the_restart(tmp_path):
+    db = tmp_path / "studio.sqlite"
+    slow = "python:tests.studio_models:slow_subagent"
+    with TestClient(create_app([], db, allow_python_models=True)) as first:
+        thread = _start(first, orchestrator=CHAIN, subagent=slow)
+        deadline = time.monotonic() + 30
+        while not any(e["type"] == "node_end" for e in events_so_far(first, thread)):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert first.get(f"/api/runs/{thread}").json()["state"] == "running"  # stopped while SECOND runs
+    with TestClient(create_app([], db, allow_python_models=True)) as second:
+        wait_state(second, thread, ("finished",), timeout=30)
+        events = events_so_far(second, thread)
+        assert _outcomes(events)[-1]["status"] == "ok" and set(_outcomes(events)[-1]["node_results"]) == {"FIRST", "SECOND"}
+        # FIRST finished before the stop: it is not called again.
+        assert {e["node"] for e in events if e["type"] == "call"} == {"SECOND"}
+
+
 def test_a_hanging_sub_agent_shows_running_then_its_time_out(client):
     thread = _start(client, orchestrator=CHAIN, subagent="python:tests.studio_models:hanging_subagent",
                     call_timeout=1, retries=0)
