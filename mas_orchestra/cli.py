@@ -147,8 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     from mas_orchestra.bench.evaluation.cli import add_cli as add_eval_cli
     from mas_orchestra.bench.masbench.cli import add_cli as add_masbench_cli
     from mas_orchestra.runtime.cli import add_cli as add_run_cli
+    from mas_orchestra.studio.cli import add_cli as add_studio_cli
 
-    for add_cli in (add_run_cli, add_eval_cli, add_masbench_cli):
+    for add_cli in (add_run_cli, add_eval_cli, add_masbench_cli, add_studio_cli):
         add_cli(sub)
     return parser
 

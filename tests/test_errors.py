@@ -45,6 +45,8 @@ BUILTIN_BASE: dict[str, type[BaseException]] = {
     "mas_orchestra.models.resolve.MissingCredentialsError": RuntimeError,
     "mas_orchestra.models.resolve.TransientModelError": RuntimeError,
     "mas_orchestra.models.embedded.EmbeddedModelUnavailableError": ImportError,
+    "mas_orchestra.studio.common.StudioInputError": ValueError,
+    "mas_orchestra.studio.common.RunFolderError": ValueError,
 }
 
 _BUILTIN_EXCEPTIONS = {

@@ -63,6 +63,7 @@ def start_langgraph_dev(workdir: Path) -> Iterator[Served]:
         "HF_HUB_OFFLINE": "1",
         "MAS_ORCHESTRATOR": "python:tests.served_models:orchestrator",
         "MAS_SUBAGENT": "scripted:from-the-server-environment",  # runs override it per run
+        "MAS_STUDIO_DB": str(workdir / "studio.sqlite"),  # the studio (http.app) keeps its threads here
     })
     log = workdir / f"langgraph-dev-{port}.log"
     command = [executable, "dev", "--config", str(REPO / "langgraph.json"), "--host", "127.0.0.1",
@@ -177,3 +178,27 @@ async def test_python_model_strings_are_refused_from_a_runs_config(client):
     config = {"configurable": {"subagent": "python:os:getcwd"}}
     with pytest.raises(Exception, match="'python:' model strings are not accepted"):  # the SDK re-raises the run's error
         await client.runs.wait(thread["thread_id"], "cot", input={"question": "q"}, config=config)
+
+
+def test_langgraph_dev_serves_the_studio_next_to_the_graphs(served):
+    """``http.app`` in langgraph.json: the studio's page and API on the LangGraph server, a live run included."""
+    import json
+
+    with urllib.request.urlopen(f"{served.url}/", timeout=10) as page:
+        assert "<title>mas-orchestra studio</title>" in page.read().decode()
+    body = json.dumps({"question": "What is 2 + 3?", "orchestrator": "python:mas_orchestra.studio.demo:orchestrator",
+                       "subagent": "scripted:5", "expected": "5"}).encode()
+    request = urllib.request.Request(f"{served.url}/api/runs", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        thread = json.loads(response.read())["thread_id"]
+    deadline = time.monotonic() + 60
+    while True:
+        with urllib.request.urlopen(f"{served.url}/api/runs/{thread}/events?follow=0", timeout=30) as response:
+            events = [json.loads(x[5:]) for x in response.read().decode().splitlines() if x.startswith("data:")]
+        outcomes = [e for e in events if e["type"] == "outcome"]
+        errors = [e["message"] for e in events if e["type"] == "error"]
+        assert errors == []  # e.g. a blocking call flagged by the dev server
+        if outcomes or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert outcomes and outcomes[0]["status"] == "ok" and outcomes[0]["match"] is True

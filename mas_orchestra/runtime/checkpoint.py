@@ -18,6 +18,7 @@ SQLite needs the ``checkpoint`` extra (``langgraph-checkpoint-sqlite``); Postgre
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
@@ -174,7 +175,8 @@ async def open_async_sqlite_checkpointer(
     import aiosqlite
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-    target = check_sqlite_file(path, lock_timeout=lock_timeout)
+    # The file check is synchronous SQLite: off the event loop, which servers (langgraph dev) keep non-blocking.
+    target = await asyncio.to_thread(check_sqlite_file, path, lock_timeout=lock_timeout)
     try:
         conn = await aiosqlite.connect(str(target), timeout=lock_timeout)
     except sqlite3.Error as exc:
