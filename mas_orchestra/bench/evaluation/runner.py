@@ -27,6 +27,7 @@ from mas_orchestra.bench.evaluation.common import (
     log,
 )
 from mas_orchestra.bench.evaluation.plots import discover_run_dirs, pareto_plot
+from mas_orchestra.bench.masbench.official import is_official_source
 from mas_orchestra.bench.evaluation.storage import (
     _check_config,
     _cut_partial_tail,
@@ -251,8 +252,10 @@ async def aevaluate(
         raise EvalInputError(str(exc)) from None
     if baseline == "search" and search is None:
         raise EvalInputError("baseline 'search' needs a search backend: --search bm25:<corpus.jsonl>|ddg|tavily")
-    if isinstance(rows, (str, os.PathLike)):
-        data_label: str = str(Path(rows).resolve())
+    if is_official_source(rows):
+        data_label: str = str(rows).strip()
+    elif isinstance(rows, (str, os.PathLike)):
+        data_label = str(Path(rows).resolve())
     else:
         data_label = data_name or "<rows>"
     all_rows = load_rows(rows)
