@@ -84,12 +84,16 @@ class ValidationRunner:
             if self.temperature > 0 else {"do_sample": False}
         )
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        # Greedy decoding gives k identical samples: generate one and repeat it (transformers refuses
+        # num_return_sequences > 1 without sampling).
+        sequences = self.samples if self.temperature > 0 else 1
         with torch.no_grad():
             output = model.generate(
                 input_ids=input_ids, attention_mask=attention, max_new_tokens=self.max_new_tokens,
-                num_return_sequences=self.samples, pad_token_id=pad, use_cache=True, **sampling,
+                num_return_sequences=sequences, pad_token_id=pad, use_cache=True, **sampling,
             )
-        return list(self.tokenizer.batch_decode(output[:, input_ids.shape[1]:], skip_special_tokens=True))
+        texts = list(self.tokenizer.batch_decode(output[:, input_ids.shape[1]:], skip_special_tokens=True))
+        return texts if sequences == self.samples else texts * self.samples
 
     def _score(self, completions: list[str], rows: list[dict[str, Any]]) -> list[RolloutRecord]:
         call = self.reward(prompts=[r["prompt"] for r in rows], completions=completions,
