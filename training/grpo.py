@@ -330,7 +330,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
               f"{rise['last_valid_spec_rate']:.3f}")
     for entry in summary.get("validation") or []:
         print(f"validation at step {entry['step']}: Avg@k {entry['val/avg_at_k']:.3f}, pass@k "
-              f"{entry['val/pass_at_k']:.3f}, valid {entry['val/valid_rate']:.2f} over {entry['val/samples']:.0f} samples")
+              f"{entry['val/pass_at_k']:.3f}, valid {entry['val/valid_rate']:.2f} over "
+              f"{entry['val/samples']:.0f} samples")
     if summary.get("reward_curve"):
         print(f"reward curve:   {summary['reward_curve']}")
     peak_gpu = summary["peak_cuda_mb"]

@@ -201,7 +201,7 @@ class ValidationCallback(TrainerCallback):
             log.warning("validation at step %d skipped: no model", state.global_step)
             return
         stats = getattr(trainer, "decoding_stats", None)
-        saved = dataclasses.asdict(stats) if dataclasses.is_dataclass(stats) else None
+        saved = dataclasses.asdict(stats) if dataclasses.is_dataclass(stats) and not isinstance(stats, type) else None
         try:
             metrics = self.runner.run(model)
         finally:

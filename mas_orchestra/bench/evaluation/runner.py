@@ -27,7 +27,6 @@ from mas_orchestra.bench.evaluation.common import (
     log,
 )
 from mas_orchestra.bench.evaluation.plots import discover_run_dirs, pareto_plot
-from mas_orchestra.bench.masbench.official import is_official_source
 from mas_orchestra.bench.evaluation.storage import (
     _check_config,
     _cut_partial_tail,
@@ -37,6 +36,7 @@ from mas_orchestra.bench.evaluation.storage import (
     read_results,
 )
 from mas_orchestra.bench.evaluation.summary import summarize
+from mas_orchestra.bench.masbench.official import is_official_source
 from mas_orchestra.errors import MissingExtraError, install_command
 from mas_orchestra.registry import BASELINE_DEBATE_ROLES
 from mas_orchestra.settings import RunSettings

@@ -1,4 +1,4 @@
-"""The official MASBench: a local copy of the paper's published benchmark, read into our ``{id, question, answer}`` rows.
+"""The official MASBench: a local copy of the paper's published benchmark, read as ``{id, question, answer}`` rows.
 
 The paper's data are published as a dataset with one subset per axis (``breadth``, ``depth``, ``horizon``,
 ``parallel``, ``robustness``) plus ``combine`` (every axis' train rows together), each with ``train``/``test``
@@ -103,8 +103,8 @@ def _choose_split(files: list[Path], split: str | None, where: Path) -> list[Pat
     if split is not None:
         chosen = [f for f in files if _split_of(f) == split]
         if not chosen:
-            raise OfficialMasbenchError(
-                f"{where}: no {split} split; splits found: {', '.join(splits) or 'none (files not named train-*/test-*)'}")
+            found = ", ".join(splits) or "none (files not named train-*/test-*)"
+            raise OfficialMasbenchError(f"{where}: no {split} split; splits found: {found}")
         return chosen
     if len(splits) > 1:
         raise OfficialMasbenchError(f"{where}: holds splits {', '.join(splits)}; add :split=train or :split=test")
