@@ -132,6 +132,7 @@ class ValidationRunner:
                 records = self._score(completions, sample_rows)
             except Exception as exc:  # the reward maps every run failure to a status; this is a last resort
                 log.exception("validation: scoring failed")
+                self.reward.pop_records()  # drop partial records, so the next pass counts only its own
                 records = [RolloutRecord(index=i, status="crash", error=f"scoring: {type(exc).__name__}: {exc}")
                            for i in range(len(completions))]
         per_question: list[list[bool]] = []
