@@ -76,13 +76,16 @@ def _cmd_plot_training(args: argparse.Namespace) -> int:
         compare_windows,
         find_trainer_state,
         format_curve,
+        format_validation,
         load_curve,
+        load_validation,
         plot_training,
     )
 
     try:
         state = find_trainer_state(args.run)
         curve = load_curve(state)
+        validation = load_validation(state)
         comparison = compare_windows(curve, args.fraction)
     except (TrainingCurveError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -90,13 +93,16 @@ def _cmd_plot_training(args: argparse.Namespace) -> int:
     print(f"{state} ({len(curve)} steps)")
     print(format_curve(curve))
     print(f"first vs last {args.fraction:.0%} of the steps ({comparison.window} each): {comparison.describe()}")
+    if validation:
+        print(f"validation ({len(validation)} passes):")
+        print(format_validation(validation))
     if args.no_plot:
         return 0
     # By default next to trainer_state.json; a run still going gets it in its own folder, not a checkpoint's.
     folder = Path(args.run) if Path(args.run).is_dir() else state.parent
     out = Path(args.out) if args.out else folder / CURVE_FILE
     try:
-        written = plot_training(curve, out)
+        written = plot_training(curve, out, validation=validation)
     except MissingExtraError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -41,6 +41,7 @@ BUILTIN_BASE: dict[str, type[BaseException]] = {
     "mas_orchestra.errors.ThreadMismatchError": ValueError,
     "mas_orchestra.bench.evaluation.common.EvalInputError": ValueError,
     "mas_orchestra.bench.training_curve.TrainingCurveError": ValueError,
+    "mas_orchestra.bench.masbench.official.OfficialMasbenchError": ValueError,
     "mas_orchestra.bench.evaluation.common.ConfigMismatchError": ValueError,
     "mas_orchestra.models.resolve.MissingCredentialsError": RuntimeError,
     "mas_orchestra.models.resolve.TransientModelError": RuntimeError,

@@ -83,6 +83,19 @@ class OrchestraGRPOConfig:
     final_answer_weight: float = field(default=1.0, metadata=_help("reward of a correct executed answer"))
     execution_success_weight: float = field(default=0.0, metadata=_help(
         "reward bonus for a MAS that executed without error (the original had 0.1, set to 0 in reported runs)"))
+    # -- validation during training (the original's trainer.val_before_train / test_freq / val_kwargs) ---------
+    val_dataset: str | None = field(default=None, metadata=_help(
+        "held-out data evaluated during training, same forms as --dataset (masbench:…, masbench-official:…, "
+        "jsonl:…, parquet:…); none = no validation"))
+    val_limit: int | None = field(default=None, metadata=_help("keep only the first N rows of the validation set"))
+    val_before_train: bool = field(default=True, metadata=_help(
+        "evaluate the validation set once before the first update (step 0), as the original's recipe does"))
+    eval_steps: int = field(default=5, metadata=_help(
+        "evaluate the validation set every N optimizer steps and after the last step (the original: test_freq 5)"))
+    val_samples: int = field(default=8, metadata=_help(
+        "completions sampled per validation question: the k of the reported Avg@k (the paper reports Avg@8)"))
+    val_temperature: float = field(default=0.5, metadata=_help(
+        "sampling temperature of validation completions (the original: 0.5; 0 = greedy)"))
     # -- GRPO -----------------------------------------------------------------------------------------------
     max_steps: int = field(default=2, metadata=_help("optimizer steps to train"))
     num_generations: int = field(default=4, metadata=_help(
@@ -194,6 +207,13 @@ class OrchestraGRPOConfig:
                                 f"{', '.join(k.name for k in default_registry.kinds())}")
         if self.limit is not None and self.limit < 1:
             problems.append("limit must be >= 1")
+        for name in ("eval_steps", "val_samples"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name}={getattr(self, name)!r}: must be >= 1")
+        if self.val_limit is not None and self.val_limit < 1:
+            problems.append("val_limit must be >= 1")
+        if self.val_temperature < 0:
+            problems.append("val_temperature must be >= 0 (0 = greedy)")
         if problems:
             raise ValueError("bad training config: " + "; ".join(problems))
 

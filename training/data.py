@@ -13,6 +13,7 @@ list column needs no encoding; grading treats ``["x"]`` exactly like ``"x"``.
 Dataset spec strings (several joined by ``+``)::
 
     masbench:<axis>:<values>[:n=<per value>][:seed=<s>][:split=train|test]   e.g. masbench:depth:2,3:n=8:seed=0
+    masbench-official:<path>[:<subset>][:split=train|test]                    the paper's published MASBench
     jsonl:<path>  or  <path>.jsonl                                           rows {id, question, answer}
     parquet:<path>[:prompt=rebuild|keep]  or  <path>.parquet                  verl rows (see load_verl_parquet)
 
@@ -29,6 +30,7 @@ from typing import Any
 
 from mas_orchestra.bench.datasets import read_rows
 from mas_orchestra.bench.masbench import generate
+from mas_orchestra.bench.masbench.official import is_official_source, load_official_source
 from mas_orchestra.prompts import orchestrator_messages
 from mas_orchestra.registry import AgentRegistry, default_registry
 
@@ -182,6 +184,11 @@ def _load_one(spec: str) -> list[dict[str, Any]]:
             parts[0], parse_values(parts[1]), n=int(options.get("n", 8)), seed=int(options.get("seed", 0)),
             split=options.get("split", "train"),
         )
+    if is_official_source(text):
+        return [
+            {"id": r["id"], "question": r["question"], "answer": _answers(r["answer"], r["id"]), "source": r["source"]}
+            for r in load_official_source(text)
+        ]
     if kind == "jsonl" or text.endswith(".jsonl"):
         return load_jsonl(rest if kind == "jsonl" else text)
     if kind in ("parquet", "verl") or text.endswith(".parquet") or ".parquet:" in text:
@@ -192,6 +199,7 @@ def _load_one(spec: str) -> list[dict[str, Any]]:
         return load_verl_parquet(":".join(parts), prompt=options.get("prompt", "rebuild"))
     raise ValueError(
         f"unknown dataset {spec!r}; valid forms: masbench:<axis>:<values>[:n=..][:seed=..][:split=..], "
+        "masbench-official:<path>[:<subset>][:split=train|test], "
         "jsonl:<path> or <path>.jsonl, parquet:<path>[:prompt=rebuild|keep] or <path>.parquet; join several with +"
     )
 

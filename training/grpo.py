@@ -11,6 +11,11 @@ parses, compiles and runs every completion's graph on the sub-agent model; each 
 ``checkpoint-<n>/`` every ``--save-steps``, ``merged/`` with ``--merge``, ``reward_curve.png`` (redrawn at every
 checkpoint; ``mas-orchestra plot-training DIR``) and ``rollouts.jsonl`` (every sampled orchestration).
 
+``--val-dataset`` (same forms as ``--dataset``) adds validation as the original's recipe has it: Avg@k over
+``--val-samples`` completions per question at ``--val-temperature``, before training (``--val-before-train``),
+every ``--eval-steps`` steps and after the last one, as ``val/*`` entries in ``log_history``, the printed
+summary and the reward-curve picture (:mod:`training.validation`).
+
 A CPU run whose reward rises: ``--config recipes/cpu_learning.yaml`` (under 20 minutes, see training/README.md).
 GPU recipes: ``recipes/single_gpu_qwen1_5b.yaml``, ``recipes/paper_qwen7b.yaml`` (see training/README.md).
 """
@@ -144,6 +149,28 @@ def build_grpo_config(cfg: OrchestraGRPOConfig, *, cuda: bool, bf16_ok: bool, co
     return GRPOConfig(**kwargs)
 
 
+def _validation_callback(cfg: OrchestraGRPOConfig, reward_kwargs: dict[str, Any], registry: Any,
+                         tokenizer: Any) -> Any:
+    """The validation callback of ``--val-dataset`` (None without one); its reward is separate from training's."""
+    if not cfg.val_dataset:
+        return None
+    from training.data import build_dataset, filter_long_prompts
+    from training.rewards import make_outcome_reward
+    from training.validation import ValidationCallback, ValidationRunner
+
+    rows = filter_long_prompts(
+        build_dataset(cfg.val_dataset, cfg.dom, registry=registry, limit=cfg.val_limit), tokenizer,
+        cfg.max_prompt_length,
+    )
+    runner = ValidationRunner(
+        list(rows), make_outcome_reward(**reward_kwargs), tokenizer, samples=cfg.val_samples,
+        temperature=cfg.val_temperature, max_new_tokens=cfg.max_completion_length, top_p=cfg.top_p,
+    )
+    log.info("validation: %d questions x %d samples at temperature %g, before training: %s, every %d steps",
+             len(rows), cfg.val_samples, cfg.val_temperature, cfg.val_before_train, cfg.eval_steps)
+    return ValidationCallback(runner, every=cfg.eval_steps, before_train=cfg.val_before_train)
+
+
 def _resume_checkpoint(cfg: OrchestraGRPOConfig) -> str | None:
     wanted = cfg.resume_from
     if wanted is False:
@@ -190,13 +217,14 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
 
         search = make_backend(cfg.search)
     registry = orchestra_registry(search, agents=cfg.agent_kinds)
-    reward = make_outcome_reward(
+    reward_kwargs: dict[str, Any] = dict(
         subagent=_subagent(cfg), dom=cfg.dom, grader=cfg.grader, search=search, cost_weight=cfg.cost_weight,
         final_answer_weight=cfg.final_answer_weight, execution_success_weight=cfg.execution_success_weight,
         max_concurrency=cfg.reward_concurrency, timeout=cfg.reward_timeout, max_retries=cfg.max_retries,
         registry=registry, cost_metric=cfg.cost_metric, call_timeout=cfg.call_timeout, judge=cfg.judge,
         constrained=None if cfg.constrained else False,
     )
+    reward = make_outcome_reward(**reward_kwargs)
     constraint = _orchestration_constraint(cfg, registry) if cfg.constrained else None
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
@@ -213,16 +241,24 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
     plotter = CurvePlotter(cfg.output_dir)
     log.info("orchestrator %s, sub-agents %s, %d prompts, device %s", model_path, cfg.subagent, len(dataset),
              "cuda" if cuda else "cpu")
+    validation = _validation_callback(cfg, reward_kwargs, registry, tokenizer)
     trainer = OrchestraGRPOTrainer(
         model=model_path, reward_funcs=[reward], args=args, train_dataset=dataset, processing_class=tokenizer,
-        peft_config=peft_config, callbacks=[timer, plotter],
+        peft_config=peft_config, callbacks=[timer, plotter] + ([validation] if validation else []),
     )
+    if validation is not None:
+        validation.attach(trainer)
     if cfg.log_rollouts:
         trainer.rollout_log = Path(cfg.output_dir) / "rollouts.jsonl"
     if constraint is not None and not cfg.use_vllm:
         from mas_orchestra.models.decoding import constrain_generate
 
         trainer.decoding_stats = constrain_generate(trainer.model, tokenizer, constraint)
+    elif constraint is not None and validation is not None:
+        from mas_orchestra.models.decoding import constrain_generate
+
+        # vLLM samples the rollouts; validation samples with transformers, under the same grammar.
+        constrain_generate(trainer.model, tokenizer, constraint)
     checkpoint = _resume_checkpoint(cfg)
     trainer.train(resume_from_checkpoint=checkpoint)
 
@@ -243,6 +279,8 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
                                "agents_per_spec", "delegation_share", "subagent_calls")}
         for e in trainer.state.log_history if "valid_spec_rate" in e
     ]
+    validated = [{k: e[k] for k in ("step", "val/avg_at_k", "val/pass_at_k", "val/valid_rate", "val/samples")}
+                 for e in trainer.state.log_history if "val/avg_at_k" in e]
     curve = curve_from_history(trainer.state.log_history)
     rise = compare_windows(curve) if curve else None
     summary = {
@@ -256,6 +294,7 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
             "window": rise.window, "first_reward": rise.first_reward, "last_reward": rise.last_reward,
             "first_valid_spec_rate": rise.first_valid, "last_valid_spec_rate": rise.last_valid,
         },
+        "validation": validated,
         "reward_curve": str(plotter.written.resolve()) if plotter.written else None,
         "rollouts": str((out / "rollouts.jsonl").resolve()) if cfg.log_rollouts else None,
         "step_times": timer.steps,
@@ -289,6 +328,10 @@ def _print_summary(summary: dict[str, Any]) -> None:
         print(f"first {rise['window']} step(s) vs last {rise['window']}: reward {rise['first_reward']:.3f} -> "
               f"{rise['last_reward']:.3f}, valid-spec rate {rise['first_valid_spec_rate']:.3f} -> "
               f"{rise['last_valid_spec_rate']:.3f}")
+    for entry in summary.get("validation") or []:
+        print(f"validation at step {entry['step']}: Avg@k {entry['val/avg_at_k']:.3f}, pass@k "
+              f"{entry['val/pass_at_k']:.3f}, valid {entry['val/valid_rate']:.2f} over "
+              f"{entry['val/samples']:.0f} samples")
     if summary.get("reward_curve"):
         print(f"reward curve:   {summary['reward_curve']}")
     peak_gpu = summary["peak_cuda_mb"]

@@ -22,7 +22,12 @@ from typing import Any
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from mas_orchestra.bench.training_curve import CURVE_FILE, curve_from_history, plot_training
+from mas_orchestra.bench.training_curve import (
+    CURVE_FILE,
+    curve_from_history,
+    plot_training,
+    validation_from_history,
+)
 from mas_orchestra.errors import MissingExtraError
 from training.rewards import RolloutRecord, summarize
 
@@ -121,7 +126,7 @@ class CurvePlotter(TrainerCallback):
         if not curve:
             return None
         try:
-            self.written = plot_training(curve, self.path)
+            self.written = plot_training(curve, self.path, validation=validation_from_history(history))
         except MissingExtraError as exc:
             log.warning("no reward curve PNG: %s", exc)
             self._disabled = True

@@ -4,7 +4,9 @@
 metrics (``valid_spec_rate``, ``agents_per_spec``, ``delegation_share``…) into ``log_history``. This module
 reads them back (from a finished run, or from the newest ``checkpoint-*`` of a run still going), summarises
 the rise as the mean of the first vs the last ``fraction`` of the steps, and draws ``reward_curve.png``.
-It needs only the standard library (and matplotlib for the plot): no torch, no TRL.
+Validation entries (``val/avg_at_k`` … logged by :mod:`training.validation` at step 0 and every
+``eval_steps``) are read as :class:`ValidationPoint` s, tabled by :func:`format_validation` and drawn on the
+same picture. It needs only the standard library (and matplotlib for the plot): no torch, no TRL.
 """
 
 from __future__ import annotations
@@ -24,13 +26,17 @@ __all__ = [
     "CURVE_FILE",
     "CurvePoint",
     "TrainingCurveError",
+    "ValidationPoint",
     "WindowComparison",
     "compare_windows",
     "find_trainer_state",
     "format_curve",
+    "format_validation",
     "load_curve",
+    "load_validation",
     "plot_training",
     "used_kinds",
+    "validation_from_history",
 ]
 
 #: The PNG ``python -m training.grpo`` writes next to ``trainer_state.json``.
@@ -55,6 +61,20 @@ class CurvePoint:
     correct_rate: float
     #: Each agent kind's share of the agent nodes in the step's valid specs (``agent_share/<kind>`` in the log).
     agent_share: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ValidationPoint:
+    """One validation pass: Avg@k (mean correctness over every sampled completion), pass@k, valid-spec rate."""
+
+    step: int
+    avg_at_k: float
+    pass_at_k: float
+    valid_rate: float
+    k: int
+    questions: int
+    samples: int
+    subagent_calls: float
 
 
 @dataclass(frozen=True)
@@ -135,9 +155,26 @@ def curve_from_history(history: Sequence[dict[str, Any]]) -> list[CurvePoint]:
     return [by_step[step] for step in sorted(by_step)]
 
 
-def load_curve(run: str | os.PathLike[str]) -> list[CurvePoint]:
-    """The per-step curve of a run directory, checkpoint or ``trainer_state.json`` (see
-    :func:`find_trainer_state`)."""
+def validation_from_history(history: Sequence[dict[str, Any]]) -> list[ValidationPoint]:
+    """The validation passes of a ``log_history`` (entries with ``val/avg_at_k``), one per step, by step."""
+    by_step: dict[int, ValidationPoint] = {}
+    for entry in history:
+        if "val/avg_at_k" not in entry or "step" not in entry:
+            continue
+        by_step[int(entry["step"])] = ValidationPoint(
+            step=int(entry["step"]),
+            avg_at_k=_number(entry, "val/avg_at_k"),
+            pass_at_k=_number(entry, "val/pass_at_k"),
+            valid_rate=_number(entry, "val/valid_rate"),
+            k=int(_number(entry, "val/k")) if isinstance(entry.get("val/k"), (int, float)) else 0,
+            questions=int(entry["val/questions"]) if isinstance(entry.get("val/questions"), (int, float)) else 0,
+            samples=int(entry["val/samples"]) if isinstance(entry.get("val/samples"), (int, float)) else 0,
+            subagent_calls=_number(entry, "val/subagent_calls"),
+        )
+    return [by_step[step] for step in sorted(by_step)]
+
+
+def _history(run: str | os.PathLike[str]) -> list[dict[str, Any]]:
     path = find_trainer_state(run)
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
@@ -146,7 +183,18 @@ def load_curve(run: str | os.PathLike[str]) -> list[CurvePoint]:
     history = state.get("log_history") if isinstance(state, dict) else None
     if not isinstance(history, list):
         raise TrainingCurveError(f"{path}: no log_history list")
-    return curve_from_history(history)
+    return history
+
+
+def load_curve(run: str | os.PathLike[str]) -> list[CurvePoint]:
+    """The per-step curve of a run directory, checkpoint or ``trainer_state.json`` (see
+    :func:`find_trainer_state`)."""
+    return curve_from_history(_history(run))
+
+
+def load_validation(run: str | os.PathLike[str]) -> list[ValidationPoint]:
+    """The validation passes of a run directory, checkpoint or ``trainer_state.json`` ([] when it has none)."""
+    return validation_from_history(_history(run))
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -191,17 +239,29 @@ def format_curve(curve: Sequence[CurvePoint]) -> str:
     return "\n".join(lines)
 
 
+def format_validation(points: Sequence[ValidationPoint]) -> str:
+    """A plain-text table of the validation passes, one row per step."""
+    k = points[0].k if points else 0
+    lines = [f"{'step':>5} {f'Avg@{k}':>7} {f'pass@{k}':>7} {'valid':>6} {'questions':>9} {'samples':>7} {'calls':>6}"]
+    for p in points:
+        lines.append(f"{p.step:>5} {p.avg_at_k:>7.3f} {p.pass_at_k:>7.3f} {p.valid_rate:>6.2f} {p.questions:>9} "
+                     f"{p.samples:>7} {p.subagent_calls:>6.2f}")
+    return "\n".join(lines)
+
+
 def plot_training(
     run: str | os.PathLike[str] | Sequence[CurvePoint],
     out_path: str | os.PathLike[str] | None = None,
     *,
     title: str | None = None,
     fraction: float = 0.2,
+    validation: Sequence[ValidationPoint] | None = None,
 ) -> Path:
     """Draw the reward (mean ± std over the step's rollouts), valid-spec rate and delegation share per step,
-    and agents per spec on a second axis. ``run`` is a run directory / ``trainer_state.json`` or a curve;
-    ``out_path`` defaults to ``<run>/reward_curve.png``. Returns the PNG's path. Needs matplotlib
-    (``pip install 'mas-orchestra[eval]'``)."""
+    agents per spec on a second axis, and the validation passes (Avg@k as large diamonds, at step 0 too).
+    ``run`` is a run directory / ``trainer_state.json`` (its validation entries are read from it unless
+    ``validation`` is given) or a curve; ``out_path`` defaults to ``<run>/reward_curve.png``. Returns the PNG's
+    path. Needs matplotlib (``pip install 'mas-orchestra[eval]'``)."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -209,6 +269,8 @@ def plot_training(
         raise MissingExtraError("the training-curve plot", "eval", "matplotlib") from exc
     if isinstance(run, (str, os.PathLike)):
         curve = load_curve(run)
+        if validation is None:
+            validation = load_validation(run)
         if out_path is None:
             base = Path(run)
             out_path = (base.parent if base.is_file() else base) / CURVE_FILE
@@ -235,6 +297,12 @@ def plot_training(
     for i, kind in enumerate(used_kinds(curve)):
         ax.plot(steps, [p.agent_share.get(kind, 0.0) for p in curve], linewidth=0.9, alpha=0.7,
                 color=f"C{4 + i}", label=f"share {kind}")
+    if validation:
+        k = validation[0].k
+        ax.plot([v.step for v in validation], [v.avg_at_k for v in validation], marker="D", markersize=7,
+                color="C9", linestyle="-.", label=f"validation Avg@{k}")
+        ax.plot([v.step for v in validation], [v.valid_rate for v in validation], marker="d", markersize=5,
+                color="C8", linestyle="none", label="validation valid-spec rate")
     ax.set_xlabel("optimizer step")
     ax.set_ylim(-0.05, 1.15)
     ax.grid(alpha=0.3)

@@ -13,6 +13,7 @@ from mas_orchestra.bench.evaluation.common import BASELINE_KINDS, GRADERS, PARET
 from mas_orchestra.bench.evaluation.plots import pareto_plot
 from mas_orchestra.bench.evaluation.runner import evaluate
 from mas_orchestra.bench.evaluation.summary import format_summary
+from mas_orchestra.bench.masbench.official import is_official_source, parse_official_source
 from mas_orchestra.errors import MissingExtraError
 
 __all__ = ["add_cli"]
@@ -39,7 +40,11 @@ def _positive_float(text: str) -> float:
 
 
 def _default_out(data: str) -> Path:
-    return Path("runs") / f"{Path(data).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    stem = Path(data).stem
+    if is_official_source(data):
+        _, subset, split = parse_official_source(data)
+        stem = "-".join(p for p in ("masbench-official", subset, split) if p)
+    return Path("runs") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def _input_errors() -> tuple[type[BaseException], ...]:
@@ -97,7 +102,8 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
 def add_cli(sub: Any) -> None:
     """Register ``eval`` and ``pareto`` on the main parser's subcommands."""
     p = sub.add_parser("eval", help="evaluate an orchestrator or a baseline over a JSONL data set")
-    p.add_argument("--data", required=True, help="JSONL file with id, question, answer per row")
+    p.add_argument("--data", required=True, help="JSONL file with id, question, answer per row, or a local copy "
+                   "of the official MASBench: masbench-official:<path>[:<subset>][:split=train|test]")
     p.add_argument("--orchestrator", default="embedded", help="orchestrator model string (default: embedded)")
     p.add_argument("--subagent", default="embedded", help="sub-agent model string (default: embedded)")
     p.add_argument("--dom", choices=["high", "low"], default="high", help="degree of MAS (default high)")

@@ -11,6 +11,7 @@ from typing import Any
 
 from mas_orchestra.bench.datasets import read_rows
 from mas_orchestra.bench.grading import VALID_KINDS
+from mas_orchestra.bench.masbench.official import is_official_source, load_official_source
 from mas_orchestra.errors import DataError, MasOrchestraError
 from mas_orchestra.registry import BASELINE_KINDS as _BASELINE_KINDS
 from mas_orchestra.status import Status
@@ -66,14 +67,18 @@ class ConfigMismatchError(EvalInputError):
 
 
 def load_rows(source: str | os.PathLike[str] | Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Read and check eval rows from a JSONL file (or an iterable of dicts).
+    """Read and check eval rows from a JSONL file, a ``masbench-official:<path>[:<subset>][:split=…]`` source
+    (:mod:`mas_orchestra.bench.masbench.official`) or an iterable of dicts.
 
     Every row needs ``id`` (string or integer, unique), ``question`` (non-empty string) and ``answer``
     (string, number, or a list of strings for multi-answer tasks); blank lines are skipped. Raises
     :class:`EvalInputError` naming the file and line of the first bad row.
     """
     try:
-        rows = read_rows(source, ids="require", unique_ids=True)
+        if is_official_source(source):
+            rows = read_rows(load_official_source(str(source)), ids="require", unique_ids=True)
+        else:
+            rows = read_rows(source, ids="require", unique_ids=True)
     except DataError as exc:
         # An eval reports every bad input as EvalInputError (the CLI's exit 2); the message is the reader's.
         raise EvalInputError(str(exc)) from None

@@ -36,6 +36,7 @@ from mas_orchestra.bench.evaluation.storage import (
     read_results,
 )
 from mas_orchestra.bench.evaluation.summary import summarize
+from mas_orchestra.bench.masbench.official import is_official_source
 from mas_orchestra.errors import MissingExtraError, install_command
 from mas_orchestra.registry import BASELINE_DEBATE_ROLES
 from mas_orchestra.settings import RunSettings
@@ -251,8 +252,10 @@ async def aevaluate(
         raise EvalInputError(str(exc)) from None
     if baseline == "search" and search is None:
         raise EvalInputError("baseline 'search' needs a search backend: --search bm25:<corpus.jsonl>|ddg|tavily")
-    if isinstance(rows, (str, os.PathLike)):
-        data_label: str = str(Path(rows).resolve())
+    if is_official_source(rows):
+        data_label: str = str(rows).strip()
+    elif isinstance(rows, (str, os.PathLike)):
+        data_label = str(Path(rows).resolve())
     else:
         data_label = data_name or "<rows>"
     all_rows = load_rows(rows)
