@@ -127,9 +127,24 @@ class GenerationBatcher:
     # ------------------------------------------------------------------ worker
 
     def _work(self) -> None:
+        """The worker thread: never dies with requests waiting (an unexpected error fails them instead)."""
+        admitted: list[_Row] = []
+        try:
+            self._loop(admitted)
+        except BaseException as exc:
+            err = BatchingError(f"the generation worker stopped: {exc}")
+            err.__cause__ = exc
+            for row in admitted:
+                _fail(row.request, err)
+            while not self._queue.empty():
+                _fail(self._queue.get_nowait(), err)
+            self.active_rows = 0
+            if not isinstance(exc, Exception):
+                raise
+
+    def _loop(self, rows: list[_Row]) -> None:
         import torch
 
-        rows: list[_Row] = []
         cache: Any = None
         mask: Any = None
         while True:
@@ -153,8 +168,8 @@ class GenerationBatcher:
                 if row.result is not None:
                     _deliver(row)  # finished at its first token
                     continue
-                cache, mask = _join(cache, mask, row_cache, self.device)
                 rows.append(row)
+                cache, mask = _join(cache, mask, row_cache, self.device)
             self.active_rows = len(rows)
             if not rows:
                 continue
@@ -168,7 +183,8 @@ class GenerationBatcher:
                 err.__cause__ = exc
                 for row in rows:
                     _fail(row.request, err)
-                rows, cache, mask = [], None, None
+                rows.clear()
+                cache, mask = None, None
                 self.active_rows = 0
                 continue
             for row in rows:
@@ -176,7 +192,7 @@ class GenerationBatcher:
                     _deliver(row)  # after the threads scope: a caller sees its own thread settings restored
             if len(keep) < len(rows):
                 index = torch.tensor(keep, dtype=torch.long, device=mask.device)
-                rows = [rows[i] for i in keep]
+                rows[:] = [rows[i] for i in keep]
                 if rows:
                     cache.batch_select_indices(index)
                     mask = mask[index]
