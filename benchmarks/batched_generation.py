@@ -9,7 +9,7 @@ together), on the embedded SmolLM2-135M-Instruct, greedy unless said otherwise:
 * time to first token of the orchestrator prompt (``mas_orchestra.prompts.orchestrator_prompt``) with and
   without the prefix cache (the cache is warmed with another question: only the question differs);
 * an SC agent with 5 samples (the main job's most common concurrent pattern), wall before/after;
-* a constrained reply call with and without jump-forward (forward passes and wall).
+* a constrained orchestrator call with and without jump-forward (forward passes and wall).
 
     HF_HUB_OFFLINE=1 python benchmarks/batched_generation.py [--quick] [--threads 1]
 
@@ -91,32 +91,46 @@ def time_to_first_token(threads: int, repeats: int) -> dict[str, Any]:
 
 
 def self_consistency(threads: int, tokens: int) -> dict[str, Any]:
-    """An SC agent with 5 samples (temperature 0.7), wall with batching off vs on."""
+    """An SC agent with 5 samples (temperature 0.7, replies under the reply grammar as in the main job), wall
+    with batching off vs on."""
+    from agents.base import CallSettings
     from agents.self_consistency import SCAgent
+    from mas_orchestra.models.constraints import reply_constrainer
     from mas_orchestra.models.hf_chat import load_embedded_chat_model
 
     common = {"temperature": 0.7, "max_new_tokens": tokens, "torch_threads": threads}
     task = "A farmer has 12 cows and buys 7 more. How many cows does the farmer have?"
-    walls = {}
-    for name, model in (("before", load_embedded_chat_model(**common, batching=False)),
+    out: dict[str, Any] = {}
+    for name, model in (("warm-up", load_embedded_chat_model(**common)),  # compiles the reply grammar once
+                        ("before", load_embedded_chat_model(**common, batching=False)),
                         ("after", load_embedded_chat_model(**common))):
+        settings = CallSettings(max_tokens=tokens, constrain_reply=reply_constrainer("on", model))
         t = time.perf_counter()
-        asyncio.run(SCAgent(model, samples=5).arun(task))
-        walls[name] = time.perf_counter() - t
-    return {"before_s": walls["before"], "after_s": walls["after"], "ratio": walls["after"] / walls["before"]}
+        result = asyncio.run(SCAgent(model, samples=5, settings=settings).arun(task))
+        out[f"{name}_s"] = time.perf_counter() - t
+        out[f"{name}_tokens"] = result.usage.output_tokens  # sampled: the two runs' lengths differ
+        out[f"{name}_calls"] = result.usage.calls
+    # Per output token, so that different sample lengths do not decide the comparison.
+    out["ratio"] = (out["after_s"] / out["after_tokens"]) / (out["before_s"] / out["before_tokens"])
+    return out
 
 
 def jump_forward(threads: int, tokens: int) -> dict[str, Any]:
-    """One constrained reply call with jump-forward off vs on: forward passes and wall."""
-    from mas_orchestra.models.constraints import ReplyConstraint
+    """One constrained orchestrator call (high DoM grammar) with jump-forward off vs on: forward passes and wall
+    (the prompt's prefill is cached for both: only decoding differs)."""
+    from mas_orchestra.models.constraints import OrchestrationConstraint
     from mas_orchestra.models.hf_chat import load_embedded_chat_model
+    from mas_orchestra.prompts import orchestrator_prompt
+    from mas_orchestra.registry import default_registry
 
     common = {"temperature": 0.0, "max_new_tokens": tokens, "torch_threads": threads}
-    out = {}
-    for name, model in (("off", load_embedded_chat_model(**common, jump_forward=False)),
+    out: dict[str, Any] = {}
+    for name, model in (("warm-up", load_embedded_chat_model(**common)),  # compiles the grammars, fills the cache
+                        ("off", load_embedded_chat_model(**common, jump_forward=False)),
                         ("on", load_embedded_chat_model(**common))):
         t = time.perf_counter()
-        reply = model.invoke("What is 6 times 7? Think, then answer.", constraint=ReplyConstraint())
+        constraint = OrchestrationConstraint(dom="high", registry=default_registry)
+        reply = model.invoke(orchestrator_prompt("What is 12 times 7?"), constraint=constraint)
         out[f"{name}_s"] = time.perf_counter() - t
         out[f"{name}_tokens"] = reply.usage_metadata["output_tokens"]
         out[f"{name}_forced"] = reply.response_metadata["constrained"]["forced_tokens"]
@@ -132,29 +146,40 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="32 new tokens, batch 1/4 only, 1 TTFT repeat")
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: shared machines)")
+    parser.add_argument("--parts", default="throughput,ttft,sc,jump", help="comma list of the parts to run")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     tokens = 32 if args.quick else args.tokens
     sizes = [1, 4] if args.quick else [1, 4, 8]
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; torch threads {args.threads}; "
           f"{tokens} new tokens per call", flush=True)
+    parts = set(args.parts.split(","))
     batched, sequential = _models(tokens, args.threads)
     batched.invoke("Hi", max_new_tokens=2)  # load + warm up
+    if "throughput" in parts:
+        _print_throughput(batched, sequential, sizes)
+    if "ttft" in parts:
+        t = time_to_first_token(args.threads, 1 if args.quick else 3)
+        print(f"\nTTFT orchestrator prompt ({t['prompt_tokens']} tokens, {t['cached_tokens']} from the cache): "
+              f"{t['ttft_off_s']:.2f} s without cache, {t['ttft_on_s']:.2f} s with; ratio {t['ratio']:.2f}", flush=True)
+    if "sc" in parts:
+        s = self_consistency(args.threads, 2 * tokens)
+        print(f"SC agent, 5 samples: {s['before_s']:.1f} s for {s['before_tokens']} tokens ({s['before_calls']} calls) "
+              f"one call at a time, {s['after_s']:.1f} s for {s['after_tokens']} tokens ({s['after_calls']} calls) "
+              f"batched; seconds per token ratio {s['ratio']:.2f}", flush=True)
+    if "jump" in parts:
+        j = jump_forward(args.threads, 3 * tokens)
+        print(f"constrained orchestration: jump-forward off {j['off_s']:.2f} s, on {j['on_s']:.2f} s (ratio {j['ratio']:.2f});"
+              f" forward passes {j['off_passes']} -> {j['on_passes']} for {j['on_tokens']} tokens; "
+              f"same text: {j['same_text']}", flush=True)
+
+
+def _print_throughput(batched: Any, sequential: Any, sizes: list[int]) -> None:
     print("\nbatch  tokens  before agg t/s  after agg t/s  before per-seq  after per-seq  ratio  identical")
     for r in throughput(batched, sequential, sizes):
         print(f"{r['batch']:>5}  {r['tokens']:>6}  {r['before_aggregate_tps']:>13.1f}  {r['after_aggregate_tps']:>13.1f}"
               f"  {r['before_per_seq_tps']:>14.1f}  {r['after_per_seq_tps']:>13.1f}  {r['ratio']:>5.2f}x"
               f"  {r['identical_replies']:>9}", flush=True)
-    t = time_to_first_token(args.threads, 1 if args.quick else 3)
-    print(f"\nTTFT orchestrator prompt ({t['prompt_tokens']} tokens, {t['cached_tokens']} from the cache): "
-          f"{t['ttft_off_s']:.2f} s without cache, {t['ttft_on_s']:.2f} s with; ratio {t['ratio']:.2f}", flush=True)
-    s = self_consistency(args.threads, tokens)
-    print(f"SC agent, 5 samples: {s['before_s']:.1f} s one call at a time, {s['after_s']:.1f} s batched; "
-          f"ratio {s['ratio']:.2f}", flush=True)
-    j = jump_forward(args.threads, 2 * tokens)
-    print(f"constrained reply: jump-forward off {j['off_s']:.2f} s, on {j['on_s']:.2f} s (ratio {j['ratio']:.2f}); "
-          f"forward passes {j['off_passes']} -> {j['on_passes']} for {j['on_tokens']} tokens; "
-          f"same text: {j['same_text']}", flush=True)
 
 
 if __name__ == "__main__":
