@@ -233,3 +233,45 @@ def test_a_grammar_that_dies_mid_batch_fails_only_its_row(models) -> None:  # ty
     assert isinstance(dying, GrammarError), dying
     assert "could not compile" in str(dying)
     assert not isinstance(healthy, BaseException) and healthy.content == expected
+
+
+@needs_embedded
+def test_jump_forward_writes_the_same_orchestration_in_fewer_passes(models) -> None:  # type: ignore[no-untyped-def]
+    from mas_orchestra.models.constraints import OrchestrationConstraint
+    from mas_orchestra.models.hf_chat import load_embedded_chat_model
+    from mas_orchestra.prompts import orchestrator_prompt
+    from mas_orchestra.registry import default_registry
+    from mas_orchestra.spec import parse_orchestration
+
+    prompt = orchestrator_prompt("What is 12 times 7?")
+    constraint = OrchestrationConstraint(dom="high", registry=default_registry)
+    replies = {}
+    for jump in (False, True):
+        model = load_embedded_chat_model(temperature=0.0, max_new_tokens=96, torch_threads=1, jump_forward=jump)
+        replies[jump] = model.invoke(prompt, constraint=constraint)
+    assert replies[True].content == replies[False].content
+    assert replies[True].usage_metadata["output_tokens"] == replies[False].usage_metadata["output_tokens"]
+    assert replies[True].response_metadata["forward_passes"] < replies[False].response_metadata["forward_passes"]
+    parse_orchestration(replies[True].content, dom="high", registry=default_registry)  # a valid orchestration
+
+
+@needs_embedded
+def test_another_model_never_gets_this_models_prefix(models, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import os
+
+    from mas_orchestra.models.hf_chat import load_hf_chat_model
+
+    batched, _ = models
+    source = batched._load().path
+    copy = tmp_path / "other-model"
+    copy.mkdir()
+    for name in os.listdir(source):  # the same weights under another path: another model identity
+        os.link(os.path.join(source, name), copy / name)
+    other = load_hf_chat_model(copy, temperature=0.0, max_new_tokens=4, torch_threads=1)
+    messages = [("system", LONG_SYSTEM), ("human", "What is 1 plus 1?")]
+    batched.invoke(messages)
+    assert batched.invoke(messages).response_metadata["cached_prompt_tokens"] > 100
+    reply = other.invoke(messages)
+    assert reply.response_metadata["cached_prompt_tokens"] == 0
+    assert other._load().prefix_cache is not batched._load().prefix_cache
+    assert other._load().prefix_cache.identity != batched._load().prefix_cache.identity
