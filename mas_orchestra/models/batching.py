@@ -22,10 +22,12 @@ Imports torch lazily (only the worker and :meth:`GenerationBatcher.submit` need 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import queue
 import threading
+import weakref
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,6 +88,16 @@ class _Row:
     result: GenerationResult | None = None
 
 
+_BATCHERS: weakref.WeakSet[GenerationBatcher] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    """End the workers before the interpreter does: a worker frozen inside torch at exit aborts the process."""
+    for batcher in list(_BATCHERS):
+        batcher.close(timeout=1.0)
+
+
 def supports_batching(cache: Any) -> bool:
     """True when every layer of a transformers cache is a plain growing key/value layer (no sliding window,
     no quantised or offloaded layers): the only kind the batcher knows how to pad, join and cut."""
@@ -111,18 +123,36 @@ class GenerationBatcher:
         import inspect
 
         self._cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-        self._queue: queue.Queue[GenerationRequest] = queue.Queue()
+        self._queue: queue.Queue[GenerationRequest | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
+        _BATCHERS.add(self)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the worker once the running rows are done (new submissions start it again)."""
+        with self._start_lock:
+            thread = self._thread
+            if thread is None or not thread.is_alive():
+                return
+            self._queue.put(None)
+        thread.join(timeout)
 
     def submit(self, request: GenerationRequest) -> Future[GenerationResult]:
         """Queue ``request``; its future resolves to a :class:`GenerationResult` (or the row's own error)."""
-        with self._start_lock:
+        with self._start_lock:  # the worker ends only under this lock, with nothing queued
+            self._queue.put(request)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._work, name="mas-orchestra-batcher", daemon=True)
                 self._thread.start()
-        self._queue.put(request)
         return request.future
+
+    def _may_end(self) -> bool:
+        """True (and the worker is forgotten) when nothing is queued; else the worker goes on."""
+        with self._start_lock:
+            if not self._queue.empty():
+                return False
+            self._thread = None
+            return True
 
     # ------------------------------------------------------------------ worker
 
@@ -137,7 +167,9 @@ class GenerationBatcher:
             for row in admitted:
                 _fail(row.request, err)
             while not self._queue.empty():
-                _fail(self._queue.get_nowait(), err)
+                waiting = self._queue.get_nowait()
+                if waiting is not None:
+                    _fail(waiting, err)
             self.active_rows = 0
             if not isinstance(exc, Exception):
                 raise
@@ -145,16 +177,26 @@ class GenerationBatcher:
     def _loop(self, rows: list[_Row]) -> None:
         import torch
 
+        stopping = False
         cache: Any = None
         mask: Any = None
         while True:
+            if stopping and not rows:
+                if self._may_end():
+                    return
+                stopping = False
             block = not rows
             while len(rows) < self.max_batch:
                 try:
                     request = self._queue.get(block=block, timeout=30 if block else None)
                 except queue.Empty:
                     if not rows and block:
-                        return  # idle: the thread ends; submit starts a new one
+                        if self._may_end():
+                            return  # idle: the thread ends; submit starts a new one
+                        continue
+                    break
+                if request is None:  # close(): finish the running rows, then end
+                    stopping = True
                     break
                 block = False
                 if request.future.cancelled():
@@ -172,6 +214,8 @@ class GenerationBatcher:
                 cache, mask = _join(cache, mask, row_cache, self.device)
             self.active_rows = len(rows)
             if not rows:
+                if stopping:
+                    return
                 continue
             self.peak_batch = max(self.peak_batch, len(rows))
             try:
