@@ -275,3 +275,38 @@ def test_another_model_never_gets_this_models_prefix(models, tmp_path) -> None: 
     assert reply.response_metadata["cached_prompt_tokens"] == 0
     assert other._load().prefix_cache is not batched._load().prefix_cache
     assert other._load().prefix_cache.identity != batched._load().prefix_cache.identity
+
+
+@needs_embedded
+def test_a_failing_forward_pass_fails_its_batch_with_a_typed_error_and_the_worker_goes_on(models) -> None:  # type: ignore[no-untyped-def]
+    from mas_orchestra.models.batching import BatchingError, GenerationBatcher, GenerationRequest
+
+    batched, _ = models
+    bundle = batched._load()
+
+    class FailsOnSecondStep:
+        """The real model, but the second batched decode step raises (as memory exhaustion would)."""
+
+        def __init__(self) -> None:
+            self.steps = 0
+
+        def forward(self, cache=None, **kwargs):  # type: ignore[no-untyped-def]  # signature read by the batcher
+            raise AssertionError("not called directly")
+
+        def __call__(self, **kwargs):  # type: ignore[no-untyped-def]
+            if "attention_mask" in kwargs:
+                self.steps += 1
+                if self.steps == 2:
+                    raise RuntimeError("out of memory (simulated)")
+            return bundle.model(**kwargs)
+
+    failing = FailsOnSecondStep()
+    batcher = GenerationBatcher(failing, bundle.tokenizer, bundle.device, end_ids={int(bundle.tokenizer.eos_token_id)})
+    ids = [bundle.tokenizer(text, return_tensors="pt")["input_ids"] for text in ("Hello there", "Once upon a time")]
+    futures = [batcher.submit(GenerationRequest(input_ids=i, max_new_tokens=20, threads=1)) for i in ids]
+    for future in futures:
+        with pytest.raises(BatchingError, match="simulated"):
+            future.result(timeout=120)
+    after = batcher.submit(GenerationRequest(input_ids=ids[0], max_new_tokens=3, threads=1)).result(timeout=120)
+    assert len(after.token_ids) == 3 and after.finish_reason == "length"
+    batcher.close()
