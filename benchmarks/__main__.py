@@ -27,6 +27,8 @@ SCRIPTS = {
     "masbench": ("benchmarks/masbench_speed.py", [], []),
     # grammar compile times only with --quick; the full run decodes 5 + 5 questions per DoM on the embedded model
     "constrained": ("benchmarks/constrained_decoding.py", ["--compile-only", "--caps", "1,2,4,8"], ["--n", "5"]),
+    # batched vs one-call-at-a-time generation, prefix-cache TTFT, SC wall, jump-forward (embedded model)
+    "batched": ("benchmarks/batched_generation.py", ["--quick"], []),
 }
 KEY_COLUMNS = ("wall_s", "critical_path_s", "sequential_s", "speedup_vs_sequential", "ours_us", "bare_langgraph_us",
                "parse_xml_ms", "validate_ms", "compile_ms", "us_per_node", "added_us_per_node", "added_ms_per_run")

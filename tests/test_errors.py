@@ -46,6 +46,9 @@ BUILTIN_BASE: dict[str, type[BaseException]] = {
     "mas_orchestra.models.resolve.MissingCredentialsError": RuntimeError,
     "mas_orchestra.models.resolve.TransientModelError": RuntimeError,
     "mas_orchestra.models.embedded.EmbeddedModelUnavailableError": ImportError,
+    "mas_orchestra.models.batching.BatchingError": RuntimeError,
+    "mas_orchestra.models.threads.TorchThreadsError": ValueError,
+    "mas_orchestra.models.prefix_cache.PrefixCacheError": ValueError,
     "mas_orchestra.studio.common.StudioInputError": ValueError,
     "mas_orchestra.studio.common.RunFolderError": ValueError,
 }

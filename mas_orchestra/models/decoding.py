@@ -152,6 +152,8 @@ class _Row:
     done: bool = False
     closed: bool = False
     stages: int = 0
+    consumed: int = 0  # generated tokens the matcher has accepted
+    forced: list[int] = field(default_factory=list)  # the tokens the grammar forced at the last mask
 
 
 @dataclass
@@ -197,30 +199,8 @@ class ConstrainedLogitsProcessor:
         else:
             generated = int(input_ids.shape[1]) - self._start
             for i, row in enumerate(self._rows):
-                if row.done:
-                    continue
-                if not row.matcher.accept_token(int(input_ids[i, -1])):
-                    # Only possible if something outside us changed the sampled token: stop constraining.
-                    self.stats.rejected_tokens += 1
-                    row.done = True
-                    self._bitmask[i].fill_(-1)
-                    continue
-                if row.matcher.is_terminated():
-                    row.done = True
-                    continue
-                remaining = None if self.max_new_tokens is None else self.max_new_tokens - generated
-                if row.matcher.is_completed():
-                    nxt = self.constraint.next_stage(self._text(input_ids, i), remaining)
-                    if nxt is not None:
-                        self._switch(row, nxt)
-                        row.stages += 1
-                        self.stats.stage_switches += 1
-                if remaining is not None and not row.closed and remaining <= self._reserve:
-                    closing = self.constraint.closing_grammar(self._text(input_ids, i), remaining)
-                    row.closed = True
-                    if closing is not None:
-                        self._switch(row, closing)
-                        self.stats.closings += 1
+                if not row.done:
+                    self._advance(row, i, input_ids, generated)
         for i, row in enumerate(self._rows):
             if not row.done:
                 self._fill(row, i)
@@ -230,9 +210,60 @@ class ConstrainedLogitsProcessor:
         self.stats.mask_seconds += time.perf_counter() - started
         return masked if masked.device == device else masked.to(device)
 
+    def _advance(self, row: _Row, i: int, input_ids: Any, generated: int) -> None:
+        """Accept the row's tokens since the last call (one per decode step; more after a jump forward)."""
+        new_tokens = input_ids[i, self._start + row.consumed:].tolist()
+        row.consumed = generated
+        for token in new_tokens:
+            if not row.matcher.accept_token(int(token)):
+                # Only possible if something outside us changed the sampled token: stop constraining.
+                self.stats.rejected_tokens += 1
+                row.done = True
+                self._bitmask[i].fill_(-1)
+                return
+            if row.matcher.is_terminated():
+                row.done = True
+                return
+        remaining = None if self.max_new_tokens is None else self.max_new_tokens - generated
+        if row.matcher.is_completed():
+            nxt = self.constraint.next_stage(self._text(input_ids, i), remaining)
+            if nxt is not None:
+                self._switch(row, nxt)
+                row.stages += 1
+                self.stats.stage_switches += 1
+        if remaining is not None and not row.closed and remaining <= self._reserve:
+            closing = self.constraint.closing_grammar(self._text(input_ids, i), remaining)
+            row.closed = True
+            if closing is not None:
+                self._switch(row, closing)
+                self.stats.closings += 1
+
+    def jump_forward(self, i: int, chosen: int, generated: int) -> list[int]:
+        """Tokens the grammar forces right after ``chosen`` (row ``i``'s next token, the ``generated``-th), to
+        append in the same forward pass instead of one decode step each.
+
+        Empty unless ``chosen`` is the first of the forced run found at the last mask. The run is cut so that
+        the call's token budget holds and, before the closing switch, the row never jumps past the point
+        where the closing grammar must take over (its budget fitting assumes that point is reached exactly).
+        """
+        if not self._rows or i >= len(self._rows):
+            return []
+        row = self._rows[i]
+        if row.done or len(row.forced) < 2 or row.forced[0] != chosen:
+            return []
+        extra = row.forced[1:]
+        if self.max_new_tokens is not None:
+            room = self.max_new_tokens - generated
+            if not row.closed:
+                room -= self._reserve
+            extra = extra[: max(0, room)]
+        self.stats.forced_tokens += len(extra)
+        return [int(t) for t in extra]
+
     def _fill(self, row: _Row, i: int) -> None:
         row.matcher.fill_next_token_bitmask(self._bitmask, i)
         forced = row.matcher.find_jump_forward_tokens()
+        row.forced = [int(t) for t in forced] if forced else []
         if forced:  # markup the grammar forces: spell it with the longest tokens (see the module docstring)
             _allow_only(self._bitmask[i], int(forced[0]))
             self.stats.forced_tokens += 1

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -35,6 +35,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import PrivateAttr
 
 from mas_orchestra.models.embedded import SMOLLM2_CHAT_TEMPLATE, embedded_model_dir, require_torch_transformers
+from mas_orchestra.models.threads import default_torch_threads, torch_threads
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +55,39 @@ class _LoadedModel:
     path: str
     device: str
     lock: threading.Lock = field(default_factory=threading.Lock)
+    batcher: Any = None  # a GenerationBatcher, made on first batched call
+    prefix_cache: Any = None  # its PrefixCache (one per loaded model: never shared across models)
+
+    def get_batcher(self) -> Any:
+        """The model's :class:`~mas_orchestra.models.batching.GenerationBatcher`, or ``None`` when its cache
+        layout cannot be batched (e.g. sliding-window layers): generation then runs one call at a time."""
+        with self.lock:
+            if self.batcher is None:
+                from transformers import DynamicCache
+
+                from mas_orchestra.models.batching import GenerationBatcher, supports_batching
+                from mas_orchestra.models.prefix_cache import PrefixCache, prefix_cache_bytes
+
+                try:
+                    batchable = supports_batching(DynamicCache(config=self.model.config))
+                except (TypeError, ImportError):  # a transformers without per-layer caches (< 4.56)
+                    batchable = False
+                if not batchable:
+                    logger.info("%s: cache layout not batchable; generating one call at a time", self.path)
+                    self.batcher = False
+                    return None
+                identity = "|".join(
+                    str(part) for part in (self.path, self.device, self.model.dtype, type(self.model).__name__,
+                                           getattr(self.tokenizer, "name_or_path", ""), len(self.tokenizer))
+                )
+                self.prefix_cache = PrefixCache(identity, prefix_cache_bytes())
+                end_ids = {self.tokenizer.eos_token_id, self.tokenizer.pad_token_id} | set(
+                    _as_list(getattr(self.model.generation_config, "eos_token_id", None))
+                )
+                self.batcher = GenerationBatcher(self.model, self.tokenizer, self.device,
+                                                 end_ids={int(i) for i in end_ids if i is not None},
+                                                 prefix_cache=self.prefix_cache, identity=identity)
+            return self.batcher or None
 
 
 _LOADED: dict[tuple[str, str], _LoadedModel] = {}
@@ -89,8 +123,11 @@ def _load_model(path: str, device: str) -> _LoadedModel:
 
 
 def clear_loaded_models() -> None:
-    """Forget all loaded models (e.g. after training wrote new weights to a path)."""
+    """Forget all loaded models (e.g. after training wrote new weights to a path); their prefix caches go too."""
     with _LOADED_LOCK:
+        for bundle in _LOADED.values():
+            if bundle.prefix_cache is not None:
+                bundle.prefix_cache.clear()
         _LOADED.clear()
 
 
@@ -133,9 +170,12 @@ class HFChatModel(BaseChatModel):
     """LangChain chat model running a local Hugging Face causal LM with ``transformers``.
 
     Weights are loaded lazily on first use and shared by every ``HFChatModel`` on the
-    same ``(model_path, device)``. Generation is serialised per loaded model (one
-    forward pass at a time); :meth:`ainvoke` runs it in a worker thread, so the event
-    loop is never blocked.
+    same ``(model_path, device)``. Concurrent calls to one loaded model are decoded
+    together in one batch (``batching=True``, see :mod:`mas_orchestra.models.batching`),
+    reusing the key/values of a prompt prefix seen before (``prefix_caching=True``, see
+    :mod:`mas_orchestra.models.prefix_cache`) and appending text a grammar forces in one
+    forward pass (``jump_forward=True``); :meth:`ainvoke` waits without blocking the
+    event loop, and cancelling it takes the request out of its batch.
 
     Per-call keyword arguments (``invoke(..., temperature=0)`` or ``.bind(...)``):
     ``temperature`` (``<= 0`` means greedy), ``top_p``, ``max_new_tokens`` (alias
@@ -144,9 +184,15 @@ class HFChatModel(BaseChatModel):
     grammar with xgrammar; ``top_p`` is then 1 so that no sampling filter can remove every allowed token).
 
     ``torch_threads`` sets torch's intra-op thread count for this model's generations only
-    (restored afterwards); ``None`` keeps torch's setting. On a small CPU shared with other
+    (restored afterwards); ``None`` uses :func:`~mas_orchestra.models.threads.default_torch_threads`
+    (``MAS_TORCH_THREADS``, else ``OMP_NUM_THREADS``, else the cores this process may use divided
+    by the processes per machine), ``0`` keeps torch's setting. On a small CPU shared with other
     busy processes, ``1`` avoids OpenMP oversubscription, which can slow the default
     (all cores) by an order of magnitude.
+
+    Seeded sampling (``seed=``) is reproducible: each request samples from its own generator, so
+    the same seed gives the same reply whatever other requests share its batch (the tokens differ
+    from ``batching=False``, which seeds torch's global generator for ``model.generate``).
     """
 
     model_path: str
@@ -155,6 +201,9 @@ class HFChatModel(BaseChatModel):
     top_p: float = 0.95
     device: str = "cpu"
     torch_threads: int | None = None
+    batching: bool = True
+    prefix_caching: bool = True
+    jump_forward: bool = True
 
     _bundle: _LoadedModel | None = PrivateAttr(default=None)
 
@@ -193,6 +242,17 @@ class HFChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
+        prepared = self._prepare(messages, stop, kwargs)
+        if not isinstance(prepared, tuple):
+            return prepared
+        bundle, future, constraint, processor = prepared
+        text, n_in, n_out, finish, extra = self._finish_batched(bundle, future.result(), stop)
+        return self._result(text, n_in, n_out, finish, extra, constraint, processor)
+
+    def _prepare(self, messages: Sequence[BaseMessage], stop: Sequence[str] | None,
+                 kwargs: dict[str, Any]) -> ChatResult | tuple[_LoadedModel, Any, Any, Any]:
+        """Queue the call on the model's batcher (returns the bundle, the row's future, the constraint and its
+        processor), or, without batching, generate it right away (returns the result)."""
         unknown = set(kwargs) - _GEN_KWARGS
         if unknown:
             logger.debug("HFChatModel ignores unsupported kwargs: %s", sorted(unknown))
@@ -210,10 +270,18 @@ class HFChatModel(BaseChatModel):
             compiler = grammar_compiler(bundle.tokenizer, int(bundle.model.config.vocab_size), stops)
             processor = ConstrainedLogitsProcessor(constraint, bundle.tokenizer, compiler, max_new_tokens=max_new)
             top_p = 1.0
+        batcher = bundle.get_batcher() if self.batching else None
+        if batcher is not None:
+            future = self._submit(batcher, bundle, messages, stop, temperature, top_p, max_new, seed, processor)
+            return bundle, future, constraint, processor
         text, n_in, n_out, finish = self._run(
             bundle, messages, stop, temperature, top_p, max_new, seed, processor=processor
         )
-        response_metadata: dict[str, Any] = {"model_name": self.model_name, "finish_reason": finish}
+        return self._result(text, n_in, n_out, finish, {}, constraint, processor)
+
+    def _result(self, text: str, n_in: int, n_out: int, finish: str, extra: dict[str, Any], constraint: Any,
+                processor: Any) -> ChatResult:
+        response_metadata: dict[str, Any] = {"model_name": self.model_name, "finish_reason": finish, **extra}
         if processor is not None and constraint is not None:
             response_metadata["constrained"] = {
                 "constraint": constraint.name,
@@ -228,6 +296,33 @@ class HFChatModel(BaseChatModel):
             response_metadata=response_metadata,
         )
         return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _submit(self, batcher: Any, bundle: _LoadedModel, messages: Sequence[BaseMessage],
+                stop: Sequence[str] | None, temperature: float, top_p: float, max_new: int, seed: int | None,
+                processor: Any) -> Any:
+        """Queue one request on the model's batcher; returns its future."""
+        from mas_orchestra.models.batching import GenerationRequest
+
+        enc = bundle.tokenizer.apply_chat_template(
+            _to_chat_dicts(messages), add_generation_prompt=True, return_dict=True, return_tensors="pt"
+        )
+        threads = default_torch_threads() if self.torch_threads is None else (self.torch_threads or None)
+        request = GenerationRequest(
+            input_ids=enc["input_ids"], max_new_tokens=max_new, temperature=temperature, top_p=top_p,
+            seed=None if seed is None else int(seed), stop_strings=tuple(s for s in (stop or []) if s),
+            processor=processor, use_prefix_cache=self.prefix_caching, jump_forward=self.jump_forward,
+            threads=threads,
+        )
+        return batcher.submit(request)
+
+    def _finish_batched(self, bundle: _LoadedModel, result: Any, stop: Sequence[str] | None
+                        ) -> tuple[str, int, int, str, dict[str, Any]]:
+        """The reply text, token counts, finish reason and batching metadata of a batched row."""
+        text = bundle.tokenizer.decode(result.token_ids, skip_special_tokens=True)
+        text, stopped = _truncate_at_stop(text, [s for s in (stop or []) if s])
+        finish = "stop" if stopped else result.finish_reason
+        extra = {"cached_prompt_tokens": result.cached_prompt_tokens, "forward_passes": result.forward_passes}
+        return text, int(result.prompt_tokens), len(result.token_ids), finish, extra
 
     def _run(
         self,
@@ -257,7 +352,8 @@ class HFChatModel(BaseChatModel):
         stops = [s for s in (stop or []) if s]
         if stops:
             gen.update(stop_strings=stops, tokenizer=tok)
-        with bundle.lock, _torch_threads(self.torch_threads):  # one request at a time per model
+        threads = default_torch_threads() if self.torch_threads is None else self.torch_threads
+        with bundle.lock, torch_threads(threads):  # one request at a time per model
             enc = tok.apply_chat_template(
                 _to_chat_dicts(messages), add_generation_prompt=True, return_dict=True, return_tensors="pt"
             )
@@ -291,26 +387,18 @@ class HFChatModel(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        return await asyncio.to_thread(self._generate, messages, stop, None, **kwargs)
-
-
-@contextlib.contextmanager
-def _torch_threads(n: int | None) -> Iterator[None]:
-    """Use ``n`` torch intra-op threads inside the block (``None``: leave torch alone)."""
-    if not n:
-        yield
-        return
-    import torch
-
-    previous = torch.get_num_threads()
-    if previous == n:
-        yield
-        return
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
+        if not self.batching:
+            return await asyncio.to_thread(self._generate, messages, stop, None, **kwargs)
+        # Queue on the batcher from a worker thread (loading and templating block), then await the row's
+        # future: cancelling this coroutine (e.g. a time-out) cancels the future, which takes the row out
+        # of its batch at the next step.
+        prepared = await asyncio.to_thread(self._prepare, messages, stop, kwargs)
+        if not isinstance(prepared, tuple):
+            return prepared  # no batcher for this model: generated one call at a time
+        bundle, future, constraint, processor = prepared
+        result = await asyncio.wrap_future(future)
+        text, n_in, n_out, finish, extra = self._finish_batched(bundle, result, stop)
+        return self._result(text, n_in, n_out, finish, extra, constraint, processor)
 
 
 def _as_list(value: Any) -> list[Any]:

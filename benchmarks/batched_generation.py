@@ -1,0 +1,186 @@
+"""Local generation speed: batched vs one call at a time, prefix cache, jump-forward — side by side, one process.
+
+Every "before" number is today's path (``batching=False``: ``model.generate`` under the model lock, one call
+after another) measured in the same run as the "after" number (``batching=True``: concurrent calls decoded
+together), on the embedded SmolLM2-135M-Instruct, greedy unless said otherwise:
+
+* tokens/s per sequence and in aggregate at batch 1/4/8 (``--tokens`` new tokens per call, EOS suppressed by
+  asking for a long story);
+* time to first token of the orchestrator prompt (``mas_orchestra.prompts.orchestrator_prompt``) with and
+  without the prefix cache (the cache is warmed with another question: only the question differs);
+* an SC agent with 5 samples (the main job's most common concurrent pattern), wall before/after;
+* a constrained orchestrator call with and without jump-forward (forward passes and wall).
+
+    HF_HUB_OFFLINE=1 python benchmarks/batched_generation.py [--quick] [--threads 1]
+
+Absolute speeds depend on the machine's load; the ratios are what to compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+STORY = "Write a long, detailed story about {}. Do not stop early."
+TOPICS = ["a dragon who bakes bread", "a lighthouse keeper", "a lost robot", "two rival chefs",
+          "a city under the sea", "a clockmaker's apprentice", "a desert caravan", "a talking cat"]
+
+
+def _models(tokens: int, threads: int) -> tuple[Any, Any]:
+    from mas_orchestra.models.hf_chat import load_embedded_chat_model
+
+    common = {"temperature": 0.0, "max_new_tokens": tokens, "torch_threads": threads}
+    return load_embedded_chat_model(**common), load_embedded_chat_model(**common, batching=False)
+
+
+async def _concurrently(model: Any, prompts: list[str], **kwargs: Any) -> tuple[float, list[Any]]:
+    started = time.perf_counter()
+    replies = await asyncio.gather(*(model.ainvoke(p, **kwargs) for p in prompts))
+    return time.perf_counter() - started, list(replies)
+
+
+def throughput(batched: Any, sequential: Any, sizes: list[int]) -> list[dict[str, Any]]:
+    """Tokens/s per sequence and aggregate, the same prompts before (one after another) and after (batched)."""
+    rows = []
+    for size in sizes:
+        prompts = [STORY.format(TOPICS[i % len(TOPICS)]) for i in range(size)]
+        before_wall, before = asyncio.run(_concurrently(sequential, prompts))  # serialised by the model lock
+        after_wall, after = asyncio.run(_concurrently(batched, prompts))
+        tokens_before = sum(m.usage_metadata["output_tokens"] for m in before)
+        tokens_after = sum(m.usage_metadata["output_tokens"] for m in after)
+        same = sum(a.content == b.content for a, b in zip(after, before, strict=True))
+        rows.append({
+            "batch": size, "tokens": tokens_after,
+            "before_aggregate_tps": tokens_before / before_wall, "after_aggregate_tps": tokens_after / after_wall,
+            # per sequence: its tokens over the time the caller waited for it (all calls start together)
+            "before_per_seq_tps": tokens_before / size / before_wall, "after_per_seq_tps": tokens_after / size / after_wall,
+            "ratio": (tokens_after / after_wall) / (tokens_before / before_wall), "identical_replies": f"{same}/{size}",
+        })
+    return rows
+
+
+def time_to_first_token(threads: int, repeats: int) -> dict[str, Any]:
+    """TTFT of the orchestrator prompt, prefix cache off vs on (warmed by another question)."""
+    from mas_orchestra.models.hf_chat import load_embedded_chat_model
+    from mas_orchestra.prompts import orchestrator_prompt
+
+    common = {"temperature": 0.0, "max_new_tokens": 1, "torch_threads": threads}
+    cold = load_embedded_chat_model(**common, prefix_caching=False)
+    warm = load_embedded_chat_model(**common)
+    warm.invoke(orchestrator_prompt("What is 12 times 7?"))  # fills the cache with the shared instructions
+    off, on, cached, n_in = [], [], 0, 0
+    for i in range(repeats):
+        question = f"What is {i + 3} plus {i + 11}?"
+        t = time.perf_counter()
+        cold.invoke(orchestrator_prompt(question))
+        off.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        reply = warm.invoke(orchestrator_prompt(question))
+        on.append(time.perf_counter() - t)
+        cached, n_in = reply.response_metadata.get("cached_prompt_tokens", 0), reply.usage_metadata["input_tokens"]
+    return {"prompt_tokens": n_in, "cached_tokens": cached, "ttft_off_s": statistics.median(off),
+            "ttft_on_s": statistics.median(on), "ratio": statistics.median(on) / statistics.median(off)}
+
+
+def self_consistency(threads: int, tokens: int) -> dict[str, Any]:
+    """An SC agent with 5 samples (temperature 0.7, replies under the reply grammar as in the main job), wall
+    with batching off vs on."""
+    from agents.base import CallSettings
+    from agents.self_consistency import SCAgent
+    from mas_orchestra.models.constraints import reply_constrainer
+    from mas_orchestra.models.hf_chat import load_embedded_chat_model
+
+    common = {"temperature": 0.7, "max_new_tokens": tokens, "torch_threads": threads}
+    task = "A farmer has 12 cows and buys 7 more. How many cows does the farmer have?"
+    out: dict[str, Any] = {}
+    for name, model in (("warm-up", load_embedded_chat_model(**common)),  # compiles the reply grammar once
+                        ("before", load_embedded_chat_model(**common, batching=False)),
+                        ("after", load_embedded_chat_model(**common))):
+        settings = CallSettings(max_tokens=tokens, constrain_reply=reply_constrainer("on", model))
+        t = time.perf_counter()
+        result = asyncio.run(SCAgent(model, samples=5, settings=settings).arun(task))
+        out[f"{name}_s"] = time.perf_counter() - t
+        out[f"{name}_tokens"] = result.usage.output_tokens  # sampled: the two runs' lengths differ
+        out[f"{name}_calls"] = result.usage.calls
+    # Per output token, so that different sample lengths do not decide the comparison.
+    out["ratio"] = (out["after_s"] / out["after_tokens"]) / (out["before_s"] / out["before_tokens"])
+    return out
+
+
+def jump_forward(threads: int, tokens: int) -> dict[str, Any]:
+    """One constrained orchestrator call (high DoM grammar) with jump-forward off vs on: forward passes and wall
+    (the prompt's prefill is cached for both: only decoding differs)."""
+    from mas_orchestra.models.constraints import OrchestrationConstraint
+    from mas_orchestra.models.hf_chat import load_embedded_chat_model
+    from mas_orchestra.prompts import orchestrator_prompt
+    from mas_orchestra.registry import default_registry
+
+    common = {"temperature": 0.0, "max_new_tokens": tokens, "torch_threads": threads}
+    out: dict[str, Any] = {}
+    for name, model in (("warm-up", load_embedded_chat_model(**common)),  # compiles the grammars, fills the cache
+                        ("off", load_embedded_chat_model(**common, jump_forward=False)),
+                        ("on", load_embedded_chat_model(**common))):
+        t = time.perf_counter()
+        constraint = OrchestrationConstraint(dom="high", registry=default_registry)
+        reply = model.invoke(orchestrator_prompt("What is 12 times 7?"), constraint=constraint)
+        out[f"{name}_s"] = time.perf_counter() - t
+        out[f"{name}_tokens"] = reply.usage_metadata["output_tokens"]
+        out[f"{name}_forced"] = reply.response_metadata["constrained"]["forced_tokens"]
+        out[f"{name}_text"] = reply.content
+        out[f"{name}_passes"] = reply.response_metadata["forward_passes"]
+    out["same_text"] = out["on_text"] == out["off_text"]
+    out["ratio"] = out["on_s"] / out["off_s"]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="32 new tokens, batch 1/4 only, 1 TTFT repeat")
+    parser.add_argument("--tokens", type=int, default=48)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: shared machines)")
+    parser.add_argument("--parts", default="throughput,ttft,sc,jump", help="comma list of the parts to run")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    tokens = 32 if args.quick else args.tokens
+    sizes = [1, 4] if args.quick else [1, 4, 8]
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; torch threads {args.threads}; "
+          f"{tokens} new tokens per call", flush=True)
+    parts = set(args.parts.split(","))
+    batched, sequential = _models(tokens, args.threads)
+    batched.invoke("Hi", max_new_tokens=2)  # load + warm up
+    if "throughput" in parts:
+        _print_throughput(batched, sequential, sizes)
+    if "ttft" in parts:
+        t = time_to_first_token(args.threads, 1 if args.quick else 3)
+        print(f"\nTTFT orchestrator prompt ({t['prompt_tokens']} tokens, {t['cached_tokens']} from the cache): "
+              f"{t['ttft_off_s']:.2f} s without cache, {t['ttft_on_s']:.2f} s with; ratio {t['ratio']:.2f}", flush=True)
+    if "sc" in parts:
+        s = self_consistency(args.threads, 2 * tokens)
+        print(f"SC agent, 5 samples: {s['before_s']:.1f} s for {s['before_tokens']} tokens ({s['before_calls']} calls) "
+              f"one call at a time, {s['after_s']:.1f} s for {s['after_tokens']} tokens ({s['after_calls']} calls) "
+              f"batched; seconds per token ratio {s['ratio']:.2f}", flush=True)
+    if "jump" in parts:
+        j = jump_forward(args.threads, 3 * tokens)
+        print(f"constrained orchestration: jump-forward off {j['off_s']:.2f} s, on {j['on_s']:.2f} s (ratio {j['ratio']:.2f});"
+              f" forward passes {j['off_passes']} -> {j['on_passes']} for {j['on_tokens']} tokens; "
+              f"same text: {j['same_text']}", flush=True)
+
+
+def _print_throughput(batched: Any, sequential: Any, sizes: list[int]) -> None:
+    print("\nbatch  tokens  before agg t/s  after agg t/s  before per-seq  after per-seq  ratio  identical")
+    for r in throughput(batched, sequential, sizes):
+        print(f"{r['batch']:>5}  {r['tokens']:>6}  {r['before_aggregate_tps']:>13.1f}  {r['after_aggregate_tps']:>13.1f}"
+              f"  {r['before_per_seq_tps']:>14.1f}  {r['after_per_seq_tps']:>13.1f}  {r['ratio']:>5.2f}x"
+              f"  {r['identical_replies']:>9}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

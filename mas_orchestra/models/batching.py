@@ -1,0 +1,421 @@
+"""Batched local generation: concurrent requests to one loaded model decode together, step by step.
+
+One :class:`GenerationBatcher` per loaded model runs a worker thread. Requests (a prompt's token ids plus their
+sampling settings, stop strings and an optional grammar processor) are queued; at every decode step the worker
+admits what arrived — each new request is prefilled on its own (reusing a cached prompt prefix, see
+:mod:`mas_orchestra.models.prefix_cache`) and its key/values joined to the running batch, left-padded — then runs
+one forward pass for all rows. Rows leave the batch as soon as they finish (end of text, stop string, token
+budget, grammar end), are cancelled (their future was cancelled, e.g. a time-out) or fail (their grammar allowed
+no token): a row's failure is its own, the others go on.
+
+Each row keeps its own sampling state: temperature, top-p, a ``torch.Generator`` seeded with the request's seed
+(so a seeded request samples the same tokens whatever else shares its batch) and its own grammar processor.
+Text the grammar forces is appended in the same forward pass (jump-forward decoding, see
+:meth:`~mas_orchestra.models.decoding.ConstrainedLogitsProcessor.jump_forward`).
+
+Why not transformers' continuous batching (``generate_batch``): its logits processors are per-batch tensors
+keyed by a fixed set of supported kinds; a stateful per-row grammar matcher that needs the row's token history,
+switches grammars mid-row and appends forced runs has no place there, and its paged cache targets GPUs.
+
+Imports torch lazily (only the worker and :meth:`GenerationBatcher.submit` need it).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import queue
+import threading
+import weakref
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass, field
+from typing import Any
+
+from mas_orchestra.errors import GrammarError, MasOrchestraError
+from mas_orchestra.models.threads import torch_threads
+
+__all__ = ["BatchingError", "GenerationBatcher", "GenerationRequest", "GenerationResult", "supports_batching"]
+
+log = logging.getLogger(__name__)
+
+#: Rows decoded together at most; further requests wait for a row to leave.
+DEFAULT_MAX_BATCH = 16
+
+
+class BatchingError(MasOrchestraError, RuntimeError):
+    """A batched forward pass failed; every request in that batch gets this error (with the cause chained)."""
+
+
+@dataclass
+class GenerationRequest:
+    """One generation: prompt ids ``[1, n]`` and how to continue them."""
+
+    input_ids: Any
+    max_new_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop_strings: tuple[str, ...] = ()
+    processor: Any = None  # a ConstrainedLogitsProcessor, used for this request only
+    use_prefix_cache: bool = True
+    jump_forward: bool = True  # append grammar-forced runs in one forward pass
+    threads: int | None = None
+    future: Future[GenerationResult] = field(default_factory=Future)
+
+
+@dataclass
+class GenerationResult:
+    """Generated ids (end-of-text excluded), why the row ended, and how much prompt came from the cache."""
+
+    token_ids: list[int]
+    finish_reason: str  # "stop" (end of text / stop string / grammar end) or "length"
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    forward_passes: int = 0
+
+
+@dataclass
+class _Row:
+    request: GenerationRequest
+    ids: Any  # [1, prompt + generated] on the model device
+    prompt_len: int
+    generator: Any
+    pending: list[int]  # tokens chosen but not yet run through the model
+    cached: int = 0
+    passes: int = 0
+    generated: list[int] = field(default_factory=list)
+    result: GenerationResult | None = None
+
+
+_BATCHERS: weakref.WeakSet[GenerationBatcher] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    """End the workers before the interpreter does: a worker frozen inside torch at exit aborts the process."""
+    for batcher in list(_BATCHERS):
+        batcher.close(timeout=1.0)
+
+
+def supports_batching(cache: Any) -> bool:
+    """True when every layer of a transformers cache is a plain growing key/value layer (no sliding window,
+    no quantised or offloaded layers): the only kind the batcher knows how to pad, join and cut."""
+    from transformers.cache_utils import DynamicLayer
+
+    layers = getattr(cache, "layers", None) or []
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+
+
+class GenerationBatcher:
+    """Decodes the queued requests of one model together (see the module docstring)."""
+
+    def __init__(self, model: Any, tokenizer: Any, device: str, *, end_ids: set[int], prefix_cache: Any = None,
+                 identity: str = "", max_batch: int = DEFAULT_MAX_BATCH) -> None:
+        self.model, self.tokenizer, self.device = model, tokenizer, device
+        self.end_ids = end_ids
+        self.prefix_cache = prefix_cache
+        self.identity = identity
+        self.max_batch = max_batch
+        self.peak_batch = 0  # most rows decoded together so far
+        self.active_rows = 0  # rows in the running batch now
+        # transformers renamed ``past_key_values`` to ``cache`` (5.x); pass whichever this version takes.
+        import inspect
+
+        self._cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self._queue: queue.Queue[GenerationRequest | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        _BATCHERS.add(self)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the worker once the running rows are done (new submissions start it again)."""
+        with self._start_lock:
+            thread = self._thread
+            if thread is None or not thread.is_alive():
+                return
+            self._queue.put(None)
+        thread.join(timeout)
+
+    def submit(self, request: GenerationRequest) -> Future[GenerationResult]:
+        """Queue ``request``; its future resolves to a :class:`GenerationResult` (or the row's own error)."""
+        with self._start_lock:  # the worker ends only under this lock, with nothing queued
+            self._queue.put(request)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._work, name="mas-orchestra-batcher", daemon=True)
+                self._thread.start()
+        return request.future
+
+    def _may_end(self) -> bool:
+        """True (and the worker is forgotten) when nothing is queued; else the worker goes on."""
+        with self._start_lock:
+            if not self._queue.empty():
+                return False
+            self._thread = None
+            return True
+
+    # ------------------------------------------------------------------ worker
+
+    def _work(self) -> None:
+        """The worker thread: never dies with requests waiting (an unexpected error fails them instead)."""
+        admitted: list[_Row] = []
+        try:
+            self._loop(admitted)
+        except BaseException as exc:
+            err = BatchingError(f"the generation worker stopped: {exc}")
+            err.__cause__ = exc
+            for row in admitted:
+                _fail(row.request, err)
+            while not self._queue.empty():
+                waiting = self._queue.get_nowait()
+                if waiting is not None:
+                    _fail(waiting, err)
+            self.active_rows = 0
+            if not isinstance(exc, Exception):
+                raise
+
+    def _loop(self, rows: list[_Row]) -> None:
+        import torch
+
+        stopping = False
+        cache: Any = None
+        mask: Any = None
+        while True:
+            if stopping and not rows:
+                if self._may_end():
+                    return
+                stopping = False
+            block = not rows
+            while len(rows) < self.max_batch:
+                try:
+                    request = self._queue.get(block=block, timeout=30 if block else None)
+                except queue.Empty:
+                    if not rows and block:
+                        if self._may_end():
+                            return  # idle: the thread ends; submit starts a new one
+                        continue
+                    break
+                if request is None:  # close(): finish the running rows, then end
+                    stopping = True
+                    break
+                block = False
+                if request.future.cancelled():
+                    continue
+                try:
+                    with torch.inference_mode(), torch_threads(request.threads):
+                        row, row_cache = self._prefill(request)
+                except Exception as exc:  # this request alone fails
+                    _fail(request, exc)
+                    continue
+                if row.result is not None:
+                    _deliver(row)  # finished at its first token
+                    continue
+                rows.append(row)
+                cache, mask = _join(cache, mask, row_cache, self.device)
+            self.active_rows = len(rows)
+            if not rows:
+                if stopping:
+                    return
+                continue
+            self.peak_batch = max(self.peak_batch, len(rows))
+            try:
+                with torch.inference_mode(), torch_threads(max((r.request.threads or 0) for r in rows) or None):
+                    keep, step_mask = self._step(rows, cache, mask)
+                mask = torch.cat([mask, step_mask], dim=1)
+            except Exception as exc:
+                err = BatchingError(f"batched decoding of {len(rows)} request(s) failed: {exc}")
+                err.__cause__ = exc
+                for row in rows:
+                    _fail(row.request, err)
+                rows.clear()
+                cache, mask = None, None
+                self.active_rows = 0
+                continue
+            for row in rows:
+                if row.result is not None:
+                    _deliver(row)  # after the threads scope: a caller sees its own thread settings restored
+            if len(keep) < len(rows):
+                index = torch.tensor(keep, dtype=torch.long, device=mask.device)
+                rows[:] = [rows[i] for i in keep]
+                if rows:
+                    cache.batch_select_indices(index)
+                    mask = mask[index]
+                    cache, mask = _trim_padding(cache, mask)
+                else:
+                    cache, mask = None, None
+                self.active_rows = len(rows)
+
+    def _prefill(self, request: GenerationRequest) -> tuple[_Row, Any]:
+        import torch
+        from transformers import DynamicCache
+
+        ids = request.input_ids.to(self.device)
+        n = int(ids.shape[1])
+        hit = None
+        if request.use_prefix_cache and self.prefix_cache is not None:
+            hit = self.prefix_cache.lookup(self.identity, ids[0], max_length=n - 1)
+        start = hit.length if hit else 0
+        cache: Any = DynamicCache(ddp_cache_data=hit.layers) if hit else DynamicCache()
+        out = self.model(input_ids=ids[:, start:], use_cache=True, logits_to_keep=1,
+                         position_ids=torch.arange(start, n, device=ids.device).unsqueeze(0),
+                         **{self._cache_arg: cache})
+        if request.use_prefix_cache and self.prefix_cache is not None:
+            self.prefix_cache.store(self.identity, ids[0], [(layer.keys, layer.values) for layer in cache.layers])
+        generator = None
+        if request.seed is not None:
+            generator = torch.Generator(device=ids.device)
+            generator.manual_seed(int(request.seed))
+        row = _Row(request=request, ids=ids, prompt_len=n, generator=generator, pending=[], cached=start, passes=1)
+        self._choose(row, out.logits[:, -1, :])
+        return row, cache
+
+    def _step(self, rows: list[_Row], cache: Any, mask: Any) -> tuple[list[int], Any]:
+        """One forward pass over every row's pending tokens (right-aligned, left-padded per row); returns the
+        indices of rows still running and the step's mask columns."""
+        import torch
+
+        width = max(len(r.pending) for r in rows)
+        pad = int(self.tokenizer.pad_token_id or 0)
+        input_ids = torch.full((len(rows), width), pad, dtype=torch.long, device=mask.device)
+        step_mask = torch.zeros((len(rows), width), dtype=mask.dtype, device=mask.device)
+        positions = torch.zeros((len(rows), width), dtype=torch.long, device=mask.device)
+        for i, row in enumerate(rows):
+            k = len(row.pending)
+            input_ids[i, width - k:] = torch.tensor(row.pending, device=mask.device)
+            step_mask[i, width - k:] = 1
+            first = int(row.ids.shape[1]) - k
+            positions[i, width - k:] = torch.arange(first, first + k, device=mask.device)
+        full_mask = torch.cat([mask, step_mask], dim=1)
+        out = self.model(input_ids=input_ids, attention_mask=full_mask, position_ids=positions,
+                         use_cache=True, logits_to_keep=1, **{self._cache_arg: cache})
+        keep = []
+        for i, row in enumerate(rows):
+            row.passes += 1
+            if row.request.future.cancelled():
+                continue  # cancelled while batched: it leaves, the others go on
+            try:
+                if not self._choose(row, out.logits[i:i + 1, -1, :]):
+                    keep.append(i)
+            except Exception as exc:  # e.g. the row's grammar died: it fails alone
+                _fail(row.request, exc)
+        return keep, step_mask
+
+    def _choose(self, row: _Row, logits: Any) -> bool:
+        """Pick the row's next token(s) from ``logits`` ``[1, vocab]``; returns True when the row is finished."""
+        import torch
+
+        request = row.request
+        scores = logits.float()
+        if request.processor is not None:
+            scores = request.processor(row.ids, scores)
+            if not bool(torch.isfinite(scores).any()):
+                raise GrammarError(
+                    f"the {request.processor.constraint.name} grammar allows no token after "
+                    f"{len(row.generated)} generated tokens; turn constrained decoding off with constrained=False "
+                    "(CLI: --no-constrained)"
+                )
+        token = _sample(scores, request.temperature, request.top_p, row.generator)
+        chosen = [token]
+        if request.processor is not None and request.jump_forward and token not in self.end_ids:
+            chosen += request.processor.jump_forward(0, token, len(row.generated) + 1)
+        appended: list[int] = []
+        for t in chosen:
+            if t in self.end_ids:
+                return _finish(row, "stop")
+            row.generated.append(t)
+            appended.append(t)
+            if len(row.generated) >= request.max_new_tokens:
+                break
+        row.pending = appended
+        row.ids = torch.cat([row.ids, torch.tensor([appended], device=row.ids.device)], dim=1)
+        if request.stop_strings and _hits_stop(self.tokenizer, row.generated, request.stop_strings):
+            return _finish(row, "stop")
+        if len(row.generated) >= request.max_new_tokens:
+            return _finish(row, "length")
+        return False
+
+
+def _sample(scores: Any, temperature: float, top_p: float, generator: Any) -> int:
+    """Greedy when ``temperature <= 0``; else temperature, then nucleus (top-p) sampling, as ``generate`` does."""
+    import torch
+
+    if temperature <= 0:
+        return int(torch.argmax(scores, dim=-1)[0])
+    scores = scores / temperature
+    if top_p < 1.0:
+        ordered, order = torch.sort(scores, descending=False)
+        cumulative = ordered.softmax(dim=-1).cumsum(dim=-1)
+        remove = cumulative <= (1 - top_p)
+        remove[..., -1:] = False  # keep at least the most likely token
+        scores = scores.masked_fill(remove.scatter(1, order, remove), -float("inf"))
+    probs = torch.softmax(scores, dim=-1)
+    return int(torch.multinomial(probs, 1, generator=generator)[0, 0])
+
+
+def _hits_stop(tokenizer: Any, generated: list[int], stops: tuple[str, ...]) -> bool:
+    text = tokenizer.decode(generated, skip_special_tokens=True)
+    return any(s in text for s in stops)
+
+
+def _finish(row: _Row, reason: str) -> bool:
+    """Record the row's result (delivered by the worker once the step is over)."""
+    row.result = GenerationResult(token_ids=list(row.generated), finish_reason=reason, prompt_tokens=row.prompt_len,
+                                  cached_prompt_tokens=row.cached,
+                                  forward_passes=row.passes)
+    return True
+
+
+def _deliver(row: _Row) -> None:
+    if row.request.future.cancelled() or row.result is None:
+        return
+    with contextlib.suppress(InvalidStateError):  # cancelled between the check and the set
+        row.request.future.set_result(row.result)
+
+
+def _fail(request: GenerationRequest, exc: BaseException) -> None:
+    if request.future.cancelled():
+        return
+    with contextlib.suppress(InvalidStateError):  # cancelled meanwhile
+        request.future.set_exception(exc)
+
+
+def _join(cache: Any, mask: Any, row_cache: Any, device: str) -> tuple[Any, Any]:
+    """Add one prefilled row (cache of batch 1, no padding) to the running batch, left-padding the shorter side."""
+    import torch
+
+    new_len = row_cache.layers[0].keys.shape[-2]
+    new_mask = torch.ones((1, new_len), dtype=torch.long, device=row_cache.layers[0].keys.device)
+    if cache is None:
+        return row_cache, new_mask
+    old_len = int(mask.shape[1])
+    width = max(old_len, new_len)
+    for layer, new in zip(cache.layers, row_cache.layers, strict=True):
+        layer.keys = torch.cat([_left_pad(layer.keys, width), _left_pad(new.keys, width)], dim=0)
+        layer.values = torch.cat([_left_pad(layer.values, width), _left_pad(new.values, width)], dim=0)
+    mask = torch.cat([_left_pad(mask, width, dim=1), _left_pad(new_mask, width, dim=1)], dim=0)
+    return cache, mask
+
+
+def _left_pad(tensor: Any, width: int, dim: int = -2) -> Any:
+    import torch
+
+    missing = width - tensor.shape[dim]
+    if missing <= 0:
+        return tensor
+    shape = list(tensor.shape)
+    shape[dim] = missing
+    return torch.cat([torch.zeros(shape, dtype=tensor.dtype, device=tensor.device), tensor], dim=dim)
+
+
+def _trim_padding(cache: Any, mask: Any) -> tuple[Any, Any]:
+    """Drop leading columns that no remaining row attends to (left by rows that left)."""
+    import torch
+
+    used = torch.nonzero(mask.any(dim=0))
+    first = int(used[0, 0]) if len(used) else 0
+    if first == 0:
+        return cache, mask
+    for layer in cache.layers:
+        layer.keys = layer.keys[:, :, first:]
+        layer.values = layer.values[:, :, first:]
+    return cache, mask[:, first:]
