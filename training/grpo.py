@@ -28,6 +28,13 @@ from typing import Any
 
 from mas_orchestra.errors import install_command
 from training.config import OrchestraGRPOConfig, parse_config
+from training.distributed import (
+    TINY_RANDOM,
+    WorldSizeMismatchError,
+    check_resume_world_size,
+    tiny_random_model,
+    world_size,
+)
 
 __all__ = ["build_grpo_config", "main", "resolve_orchestrator", "run"]
 
@@ -43,6 +50,8 @@ def resolve_orchestrator(model: str) -> str:
         from mas_orchestra.models.embedded import embedded_model_dir
 
         return str(embedded_model_dir())
+    if text.lower() == TINY_RANDOM:
+        return str(tiny_random_model())
     if text.lower().startswith("hf:"):
         text = text[3:]
     expanded = Path(text).expanduser()
@@ -160,6 +169,13 @@ def _resume_checkpoint(cfg: OrchestraGRPOConfig) -> str | None:
     return str(wanted)
 
 
+def _checked_resume_checkpoint(cfg: OrchestraGRPOConfig) -> str | None:
+    checkpoint = _resume_checkpoint(cfg)
+    if checkpoint is not None:
+        check_resume_world_size(checkpoint)  # before any model loads: a clear error, not a silent other curve
+    return checkpoint
+
+
 def _save_config(cfg: OrchestraGRPOConfig, path: Path) -> None:
     import yaml
 
@@ -181,6 +197,7 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
     from training.rewards import make_outcome_reward, orchestra_registry
     from training.trainer import CurvePlotter, OrchestraGRPOTrainer, StepTimer, peak_rss_mb
 
+    checkpoint = _checked_resume_checkpoint(cfg)
     cuda = torch.cuda.is_available()
     bf16_ok = cuda and torch.cuda.is_bf16_supported()
     model_path = resolve_orchestrator(cfg.model)
@@ -223,7 +240,6 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         from mas_orchestra.models.decoding import constrain_generate
 
         trainer.decoding_stats = constrain_generate(trainer.model, tokenizer, constraint)
-    checkpoint = _resume_checkpoint(cfg)
     trainer.train(resume_from_checkpoint=checkpoint)
 
     out = Path(cfg.output_dir)
@@ -263,6 +279,8 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         "peak_cuda_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
         "wall_s": time.perf_counter() - started,
         "device": "cuda" if cuda else "cpu",
+        "processes": world_size(),
+        "torch_threads": torch.get_num_threads(),
     }
     (out / "run_summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     return summary
@@ -301,7 +319,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                             stream=sys.stderr)
-    summary = run(cfg)
+    try:
+        summary = run(cfg)
+    except WorldSizeMismatchError as exc:  # every rank says it and exits non-zero; no traceback to read
+        raise SystemExit(f"error: {exc}") from None
     _print_summary(summary)
     return summary
 

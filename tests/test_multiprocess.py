@@ -1,0 +1,139 @@
+"""GRPO with two training processes on CPU: ``accelerate launch --cpu --num_processes 2`` (gloo).
+
+One run of ``recipes/cpu_ddp.yaml`` (the tiny random orchestrator, constrained decoding, a scripted sub-agent):
+each rank executes the multi-agent systems of its own half of every step's 8 rollouts; the logged metrics and
+``rollouts.jsonl`` cover all 8, each once; a checkpoint written by the two ranks resumes with two ranks and
+continues the same curve; resuming it with one process is a clear error naming both sizes; a rank that dies
+mid-step makes the launcher exit non-zero with that rank's error, its peer does not hang.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_training import needs_train
+
+pytestmark = [needs_train, pytest.mark.multiprocess, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPE = REPO / "recipes" / "cpu_ddp.yaml"
+GLOBAL_BATCH = 8  # 2 processes x 2 per device x 2 accumulation steps = 2 prompts x 4 generations
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def launch(out: Path, *extra: str, processes: int = 2, env: dict | None = None,
+           timeout: float = 420) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", str(processes),
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+               "--num_cpu_threads_per_process", "1", "--main_process_port", str(_free_port()),
+               "-m", "training.grpo", "--config", str(RECIPE), "--output-dir", str(out), *extra]
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                **(env or {})}
+    return subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=timeout, cwd=REPO)
+
+
+def logged_steps(out: Path) -> list[dict]:
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    return [e for e in history if "valid_spec_rate" in e]
+
+
+def rollouts(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory):
+    """Three steps with two ranks, a checkpoint after each (the recipe as written)."""
+    out = tmp_path_factory.mktemp("ddp") / "run"
+    done = launch(out)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
+    return out, done
+
+
+def test_two_ranks_share_every_step_and_the_logs_count_all_rollouts(ddp_run):
+    out, _ = ddp_run
+    summary = json.loads((out / "run_summary.json").read_text())
+    assert summary["processes"] == 2 and summary["torch_threads"] == 1
+    steps = logged_steps(out)
+    assert [e["step"] for e in steps] == [1, 2, 3]
+    lines = rollouts(out)
+    for entry in steps:
+        assert entry["rollouts"] == GLOBAL_BATCH and entry["rollout_ranks"] == 2
+        mine = [r for r in lines if r["step"] == entry["step"]]
+        # every rollout once, half executed by each rank
+        assert len(mine) == GLOBAL_BATCH
+        assert sorted(r["rank"] for r in mine) == [0] * 4 + [1] * 4
+        # the logged rates are over all 8 (a rate of one rank alone would be a multiple of 1/4 that differs)
+        statuses = [r["status"] for r in mine]
+        assert entry["status/ok"] == pytest.approx(statuses.count("ok") / GLOBAL_BATCH)
+        assert entry["valid_spec_rate"] == 1.0  # constrained decoding: every rollout a spec that ran
+        assert entry["outcome_reward/mean"] == pytest.approx(sum(r["reward"] for r in mine) / GLOBAL_BATCH)
+        assert entry["reward"] == pytest.approx(entry["outcome_reward/mean"])  # TRL's gathered mean agrees
+        assert all(r["subagent_calls"] >= 1 for r in mine)  # each rank really executed its systems
+    # the two ranks sampled different completions for the same prompt (per-rank seeds)
+    first = [r for r in lines if r["step"] == 1]
+    assert {r["completion"] for r in first if r["rank"] == 0} != {r["completion"] for r in first if r["rank"] == 1}
+    assert len(lines) == 3 * GLOBAL_BATCH
+    for step in (1, 2, 3):
+        folder = out / f"checkpoint-{step}"
+        assert (folder / "rng_state_0.pth").is_file() and (folder / "rng_state_1.pth").is_file()
+
+
+def test_a_two_rank_checkpoint_resumes_with_two_ranks_on_the_same_curve(ddp_run, tmp_path):
+    out, _ = ddp_run
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    shutil.copytree(out / "checkpoint-2", resumed / "checkpoint-2")
+    done = launch(resumed, "--resume")
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
+    summary = json.loads((resumed / "run_summary.json").read_text())
+    assert summary["resumed_from"].endswith("checkpoint-2")
+    original, again = logged_steps(out), logged_steps(resumed)
+    assert [e["step"] for e in again] == [1, 2, 3]
+    assert again[:2] == original[:2]  # carried over from the checkpoint's trainer state
+    # step 3 recomputed by two new processes from the checkpoint: the same rollouts and the same numbers
+    third = [r for r in rollouts(resumed) if r["step"] == 3]
+    assert [r["completion"] for r in third] == [r["completion"] for r in rollouts(out) if r["step"] == 3]
+    for key in ("reward", "valid_spec_rate", "status/ok", "rollouts", "loss", "kl"):
+        assert again[2][key] == pytest.approx(original[2][key], rel=1e-4, abs=1e-6), key
+
+
+def test_resuming_a_two_rank_checkpoint_with_one_process_names_both_sizes(ddp_run, tmp_path):
+    out, _ = ddp_run
+    single = tmp_path / "single"
+    single.mkdir()
+    shutil.copytree(out / "checkpoint-1", single / "checkpoint-1")
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    done = subprocess.run(
+        [sys.executable, "-m", "training.grpo", "--config", str(RECIPE), "--output-dir", str(single), "--resume"],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+        env={**env, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+    )
+    assert done.returncode != 0
+    assert "written by 2 process(es) but this run has 1" in done.stderr
+    assert "--num_processes 2" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_rank_that_dies_mid_step_fails_the_launch_without_hanging_its_peer(tmp_path):
+    """Rank 1's sub-agent dies (``os._exit(17)``, like an OOM kill) while rank 0 waits for it in the step."""
+    out = tmp_path / "crash"
+    done = launch(out, "--subagent", "python:tests.ddp_models:dies_on_rank_1", "--max-steps", "2",
+                  timeout=300)
+    assert done.returncode != 0
+    text = done.stdout + done.stderr
+    assert "exitcode  : 17" in text or "exit code 17" in text.lower() or "exitcode: 17" in text, text[-4000:]
+    assert "rank 1 sub-agent died" in text
+    assert not (out / "trainer_state.json").exists()
