@@ -36,7 +36,9 @@ def _free_port() -> int:
 
 def launch(out: Path, *extra: str, processes: int = 2, env: dict | None = None,
            timeout: float = 420) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", str(processes),
+    # --multi_gpu is accelerate's torchrun launcher: on a machine without CUDA it starts the processes on CPU
+    # over gloo (its --cpu launcher would start ONE process; training.distributed.check_launch refuses that).
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
                "--num_cpu_threads_per_process", "1", "--main_process_port", str(_free_port()),
                "-m", "training.grpo", "--config", str(RECIPE), "--output-dir", str(out), *extra]
@@ -56,7 +58,7 @@ def rollouts(out: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory):
-    """Three steps with two ranks, a checkpoint after each (the recipe as written)."""
+    """Two steps with two ranks, a checkpoint after each (the recipe as written)."""
     out = tmp_path_factory.mktemp("ddp") / "run"
     done = launch(out)
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
@@ -64,11 +66,14 @@ def ddp_run(tmp_path_factory):
 
 
 def test_two_ranks_share_every_step_and_the_logs_count_all_rollouts(ddp_run):
-    out, _ = ddp_run
+    out, done = ddp_run
     summary = json.loads((out / "run_summary.json").read_text())
     assert summary["processes"] == 2 and summary["torch_threads"] == 1
     steps = logged_steps(out)
-    assert [e["step"] for e in steps] == [1, 2, 3]
+    assert [e["step"] for e in steps] == [1, 2]
+    # each rank's reward executed its own 4 systems per step (one log line per rank and step)
+    for step in (1, 2):
+        assert done.stderr.count(f"reward batch {step}: 4 completions") == 2
     lines = rollouts(out)
     for entry in steps:
         assert entry["rollouts"] == GLOBAL_BATCH and entry["rollout_ranks"] == 2
@@ -82,12 +87,12 @@ def test_two_ranks_share_every_step_and_the_logs_count_all_rollouts(ddp_run):
         assert entry["valid_spec_rate"] == 1.0  # constrained decoding: every rollout a spec that ran
         assert entry["outcome_reward/mean"] == pytest.approx(sum(r["reward"] for r in mine) / GLOBAL_BATCH)
         assert entry["reward"] == pytest.approx(entry["outcome_reward/mean"])  # TRL's gathered mean agrees
-        assert all(r["subagent_calls"] >= 1 for r in mine)  # each rank really executed its systems
     # the two ranks sampled different completions for the same prompt (per-rank seeds)
     first = [r for r in lines if r["step"] == 1]
     assert {r["completion"] for r in first if r["rank"] == 0} != {r["completion"] for r in first if r["rank"] == 1}
-    assert len(lines) == 3 * GLOBAL_BATCH
-    for step in (1, 2, 3):
+    assert len(lines) == 2 * GLOBAL_BATCH
+    assert done.stdout.count("output dir:") == 1  # rank 0 alone prints and writes the summary
+    for step in (1, 2):
         folder = out / f"checkpoint-{step}"
         assert (folder / "rng_state_0.pth").is_file() and (folder / "rng_state_1.pth").is_file()
 
@@ -96,19 +101,19 @@ def test_a_two_rank_checkpoint_resumes_with_two_ranks_on_the_same_curve(ddp_run,
     out, _ = ddp_run
     resumed = tmp_path / "resumed"
     resumed.mkdir()
-    shutil.copytree(out / "checkpoint-2", resumed / "checkpoint-2")
+    shutil.copytree(out / "checkpoint-1", resumed / "checkpoint-1")
     done = launch(resumed, "--resume")
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
     summary = json.loads((resumed / "run_summary.json").read_text())
-    assert summary["resumed_from"].endswith("checkpoint-2")
+    assert summary["resumed_from"].endswith("checkpoint-1")
     original, again = logged_steps(out), logged_steps(resumed)
-    assert [e["step"] for e in again] == [1, 2, 3]
-    assert again[:2] == original[:2]  # carried over from the checkpoint's trainer state
-    # step 3 recomputed by two new processes from the checkpoint: the same rollouts and the same numbers
-    third = [r for r in rollouts(resumed) if r["step"] == 3]
-    assert [r["completion"] for r in third] == [r["completion"] for r in rollouts(out) if r["step"] == 3]
-    for key in ("reward", "valid_spec_rate", "status/ok", "rollouts", "loss", "kl"):
-        assert again[2][key] == pytest.approx(original[2][key], rel=1e-4, abs=1e-6), key
+    assert [e["step"] for e in again] == [1, 2]
+    assert again[0] == original[0]  # carried over from the checkpoint's trainer state
+    # step 2 recomputed by two new processes from the checkpoint: the same rollouts and the same numbers
+    second = [(r["rank"], r["completion"]) for r in rollouts(resumed) if r["step"] == 2]
+    assert second == [(r["rank"], r["completion"]) for r in rollouts(out) if r["step"] == 2]
+    for key in ("reward", "valid_spec_rate", "status/ok", "rollouts", "rollout_ranks", "loss", "kl", "entropy"):
+        assert again[1][key] == pytest.approx(original[1][key], rel=1e-4, abs=1e-6), key
 
 
 def test_resuming_a_two_rank_checkpoint_with_one_process_names_both_sizes(ddp_run, tmp_path):

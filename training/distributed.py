@@ -5,6 +5,10 @@
 - :func:`checkpoint_world_size` / :func:`check_resume_world_size`: a checkpoint holds one RNG state per rank
   (``rng_state_<rank>.pth``; ``rng_state.pth`` for one process) and its data order assumes the same global
   batch, so it resumes only with the number of processes that wrote it: :class:`WorldSizeMismatchError` otherwise.
+- :func:`check_launch`: ``accelerate launch --cpu --num_processes N`` (accelerate 1.x, no ``--mpirun_hostfile``)
+  starts ONE process that trains alone with the batch of one; this is refused with the commands that do start
+  N processes (``accelerate launch --multi_gpu --num_processes N``, which on a machine without CUDA runs N
+  processes over gloo, or ``torchrun --nproc_per_node N``).
 - :func:`tiny_random_model`: the ``model: tiny-random`` orchestrator, a 2-layer random Llama with the
   embedded model's tokenizer, built once per cache folder (every rank gets the same weights: fixed seed,
   atomic rename), so multi-process runs on CPU take seconds per step.
@@ -22,7 +26,9 @@ from mas_orchestra.errors import MasOrchestraError
 
 __all__ = [
     "TINY_RANDOM",
+    "LaunchError",
     "WorldSizeMismatchError",
+    "check_launch",
     "check_resume_world_size",
     "checkpoint_world_size",
     "tiny_random_model",
@@ -50,6 +56,29 @@ class WorldSizeMismatchError(MasOrchestraError, ValueError):
         self.checkpoint = checkpoint
         self.written_by = written_by
         self.resuming_with = resuming_with
+
+
+class LaunchError(MasOrchestraError, RuntimeError):
+    """The launcher started fewer processes than asked for."""
+
+
+def check_launch(environ: dict[str, str] | None = None) -> None:
+    """Raise :class:`LaunchError` when ``accelerate launch --cpu --num_processes N>1`` started a single process.
+
+    accelerate's simple (CPU) launcher sets ``MASTER_ADDR``/``MASTER_PORT`` when more than one process was asked
+    for, but starts only one unless MPI is used; a real multi-process launch also sets ``WORLD_SIZE`` (torchrun)
+    or an MPI rank variable.
+    """
+    env = os.environ if environ is None else environ
+    asked_for_several = "MASTER_ADDR" in env and str(env.get("ACCELERATE_USE_CPU", "")).lower() == "true"
+    launched = any(k in env for k in ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"))
+    if asked_for_several and not launched:
+        raise LaunchError(
+            "accelerate launch --cpu --num_processes N started a single process (its CPU launcher needs MPI for "
+            "more); start N processes with `accelerate launch --multi_gpu --num_processes N "
+            "--num_cpu_threads_per_process 1 -m training.grpo ...` (gloo on a machine without CUDA) or "
+            "`torchrun --nproc_per_node N -m training.grpo ...`"
+        )
 
 
 def world_size() -> int:

@@ -30,7 +30,9 @@ from mas_orchestra.errors import install_command
 from training.config import OrchestraGRPOConfig, parse_config
 from training.distributed import (
     TINY_RANDOM,
+    LaunchError,
     WorldSizeMismatchError,
+    check_launch,
     check_resume_world_size,
     tiny_random_model,
     world_size,
@@ -244,11 +246,13 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
 
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    trainer.save_model(str(out))  # adapter_config.json + adapter_model.safetensors (+ tokenizer)
-    trainer.state.save_to_json(str(out / "trainer_state.json"))
-    _save_config(cfg, out / "orchestra_config.yaml")
+    trainer.save_model(str(out))  # adapter_config.json + adapter_model.safetensors (+ tokenizer); rank 0 writes
+    main_process = trainer.is_world_process_zero()
+    if main_process:  # with several processes, one writer per file
+        trainer.state.save_to_json(str(out / "trainer_state.json"))
+        _save_config(cfg, out / "orchestra_config.yaml")
     merged_dir = None
-    if cfg.merge:
+    if cfg.merge and main_process:
         merged_dir = out / "merged"
         model = trainer.accelerator.unwrap_model(trainer.model)
         merged = model.merge_and_unload()
@@ -281,8 +285,10 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         "device": "cuda" if cuda else "cpu",
         "processes": world_size(),
         "torch_threads": torch.get_num_threads(),
+        "is_main_process": main_process,
     }
-    (out / "run_summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    if main_process:
+        (out / "run_summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     return summary
 
 
@@ -320,10 +326,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                             stream=sys.stderr)
     try:
+        check_launch()
         summary = run(cfg)
-    except WorldSizeMismatchError as exc:  # every rank says it and exits non-zero; no traceback to read
+    except (LaunchError, WorldSizeMismatchError) as exc:  # every rank says it and exits non-zero; no traceback
         raise SystemExit(f"error: {exc}") from None
-    _print_summary(summary)
+    if summary["is_main_process"]:
+        _print_summary(summary)
     return summary
 
 
