@@ -289,3 +289,30 @@ def test_redact_url():
         "postgresql://mas:***@db.example:5433/threads?sslmode=require"
     assert redact_url("postgresql://mas@db/threads") == "postgresql://mas@db/threads"
     assert is_postgres_url("postgres://x") and is_postgres_url("postgresql://x") and not is_postgres_url("runs.sqlite")
+
+
+@needs_server
+@pytest.mark.server
+@pytest.mark.slow
+def test_served_graph_keeps_its_checkpoints_in_postgres(tmp_path):
+    """``langgraph dev --config langgraph.postgres.json``: a served run's node results are in the database, where
+    a worker process reads them; the server's own thread records stay in its memory (in-memory runtime)."""
+    assert URL
+    pytest.importorskip("langgraph_sdk")
+    pytest.importorskip("langgraph_api")
+    from langgraph_sdk import get_sync_client
+
+    from tests.test_langgraph_server import start_langgraph_dev
+    from tests.test_server import ECHO_ANSWER
+
+    with start_katan(tmp_path) as katan, start_langgraph_dev(
+        tmp_path, REPO / "langgraph.postgres.json", {"MAS_POSTGRES_URL": URL}
+    ) as served:
+        client = get_sync_client(url=served.url, timeout=60)
+        thread_id = client.threads.create()["thread_id"]
+        out = client.runs.wait(thread_id, "mas_orchestra", input={"question": "What is 3+4?"},
+                               config={"configurable": {"subagent": katan.model, "max_retries": 1}})
+        assert out["status"] == "ok" and out["answer"] == ECHO_ANSWER, out
+        assert "Using custom checkpointer: AsyncPostgresSaver" in served.log.read_text()
+        stored = finished(URL, thread_id)  # read by this process straight from PostgreSQL
+        assert sorted(stored) == ["J", "P0", "P1", "P2"] and stored["J"].answer == ECHO_ANSWER
