@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import os
-import sys
 
 from mas_orchestra.testing import ScriptedChatModel, cot_reply
 
-__all__ = ["dies_on_rank_1"]
+__all__ = ["unreachable_on_rank_1"]
 
 
-def dies_on_rank_1() -> ScriptedChatModel:
-    """Answers 4 on every rank but rank 1, whose process dies at its first sub-agent call (like an OOM kill)."""
-    rank = int(os.environ.get("RANK", "0"))
-
-    def reply(_messages: object, _index: int) -> str:
-        if rank == 1:
-            print("rank 1 sub-agent died (injected failure)", file=sys.stderr, flush=True)
-            os._exit(17)
-        return cot_reply("4")
-
-    return ScriptedChatModel(replies=reply, model_name="scripted-dies-on-rank-1")
+def unreachable_on_rank_1() -> ScriptedChatModel:
+    """Answers 4 on every rank but rank 1, where building the sub-agent fails (its endpoint is misconfigured on
+    that node, say) while rank 0 goes on to load the model and waits for rank 1 in the first collective."""
+    if int(os.environ.get("RANK", "0")) == 1:
+        raise ConnectionError("rank 1 cannot reach its sub-agent endpoint (injected failure)")
+    return ScriptedChatModel(replies=[cot_reply("4")], model_name="scripted-rank-0")
