@@ -41,6 +41,7 @@ BUILTIN_BASE: dict[str, type[BaseException]] = {
     "mas_orchestra.errors.ThreadMismatchError": ValueError,
     "mas_orchestra.runtime.postgres.CheckpointConnectionError": RuntimeError,
     "training.distributed.WorldSizeMismatchError": ValueError,
+    "training.distributed.LaunchError": RuntimeError,
     "mas_orchestra.bench.evaluation.common.EvalInputError": ValueError,
     "mas_orchestra.bench.training_curve.TrainingCurveError": ValueError,
     "mas_orchestra.bench.evaluation.common.ConfigMismatchError": ValueError,
