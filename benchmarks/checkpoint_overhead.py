@@ -8,16 +8,21 @@ Zero-latency scripted model, so the numbers are the framework's own cost per nod
 one process; ``ratio`` = per-node time with the checkpointer / without. SQLite is measured with
 LangGraph's default durability (``async``: a superstep's checkpoint is written while the next runs) and
 with ``sync`` (written before the next superstep starts; what ``Orchestra`` threads use, so a kill -9
-loses no finished node), with SQLite's ``synchronous=NORMAL`` (our default) and ``FULL``.
+loses no finished node), with SQLite's ``synchronous=NORMAL`` (our default) and ``FULL``. With a PostgreSQL
+URL (``--postgres URL``, default ``$MAS_TEST_POSTGRES_URL``) the same chain and the same Orchestra runs are also
+measured on PostgreSQL (``durability=sync``), interleaved with the others in the same rounds, and the
+PostgreSQL / SQLite ratio per node is printed.
 
-    python benchmarks/checkpoint_overhead.py [--quick]
+    python benchmarks/checkpoint_overhead.py [--quick] [--postgres postgresql://user:pw@127.0.0.1:5432/db]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import tempfile
 import time
 import uuid
@@ -30,13 +35,14 @@ from mas_orchestra.runtime.checkpoint import memory_checkpointer, open_async_sql
 from mas_orchestra.testing import ScriptedChatModel
 
 
-async def _measure(n: int, runs: int, rounds: int) -> dict[str, float]:
+async def _measure(n: int, runs: int, rounds: int, postgres: str | None = None) -> dict[str, float]:
     spec = chain(n)
     model = ScriptedChatModel()
     with tempfile.TemporaryDirectory() as tmp:
         async with (
             open_async_sqlite_checkpointer(Path(tmp) / "bench.sqlite") as sqlite_saver,
             open_async_sqlite_checkpointer(Path(tmp) / "full.sqlite", synchronous="FULL") as full_saver,
+            contextlib.AsyncExitStack() as stack,
         ):
             graphs: dict[str, tuple[Any, str | None]] = {
                 "none": (compile_spec(spec, model), None),
@@ -46,6 +52,11 @@ async def _measure(n: int, runs: int, rounds: int) -> dict[str, float]:
                 "sqlite synchronous=FULL (durability=sync)": (
                     compile_spec(spec, model, checkpointer=full_saver), "sync"),
             }
+            if postgres:
+                from mas_orchestra.runtime.postgres import open_async_postgres_checkpointer
+
+                pg_saver = await stack.enter_async_context(open_async_postgres_checkpointer(postgres))
+                graphs["postgres (durability=sync)"] = (compile_spec(spec, model, checkpointer=pg_saver), "sync")
             totals = dict.fromkeys(graphs, 0.0)
 
             async def one(graph: Any, durability: str | None, checkpointed: bool) -> None:
@@ -64,7 +75,7 @@ async def _measure(n: int, runs: int, rounds: int) -> dict[str, float]:
     return {name: total / (rounds * runs * n) * 1e6 for name, total in totals.items()}
 
 
-async def _measure_orchestra(n: int, delay: float, runs: int) -> dict[str, float]:
+async def _measure_orchestra(n: int, delay: float, runs: int, postgres: str | None = None) -> dict[str, float]:
     """Whole Orchestra runs (orchestrator + n-node chain, ``delay`` s per model call): plain vs on threads."""
     from mas_orchestra.runtime import Orchestra
     from mas_orchestra.testing import cot_reply
@@ -76,6 +87,8 @@ async def _measure_orchestra(n: int, delay: float, runs: int) -> dict[str, float
             "memory thread": memory_checkpointer(),
             "sqlite thread": str(Path(tmp) / "orchestra.sqlite"),
         }
+        if postgres:
+            setups["postgres thread"] = postgres
         totals = dict.fromkeys(setups, 0.0)
         for _ in range(runs):
             for name, saver in setups.items():
@@ -91,9 +104,9 @@ async def _measure_orchestra(n: int, delay: float, runs: int) -> dict[str, float
     return {name: total / runs for name, total in totals.items()}
 
 
-def run(quick: bool = False) -> list[dict[str, Any]]:
+def run(quick: bool = False, postgres: str | None = None) -> list[dict[str, Any]]:
     n, runs, rounds = 20, (3 if quick else 10), (2 if quick else 3)
-    per_node = asyncio.run(_measure(n, runs, rounds))
+    per_node = asyncio.run(_measure(n, runs, rounds, postgres))
     base = per_node["none"]
     rows = [
         {
@@ -103,7 +116,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         for name, us in per_node.items()
     ]
     nodes, delay = 6, 0.05
-    whole = asyncio.run(_measure_orchestra(nodes, delay, 3 if quick else 8))
+    whole = asyncio.run(_measure_orchestra(nodes, delay, 3 if quick else 8, postgres))
     for name, seconds in whole.items():
         rows.append({
             "benchmark": "checkpoint", "case": f"Orchestra run, chain-{nodes}, {delay * 1e3:.0f} ms/call, {name}",
@@ -111,14 +124,23 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
             "wall_s": round(seconds, 4), "added_ms_per_run": round((seconds - whole["none"]) * 1e3, 1),
             "ratio": round(seconds / whole["none"], 3),
         })
+    pg, lite = per_node.get("postgres (durability=sync)"), per_node["sqlite (durability=sync)"]
+    if pg is not None:
+        rows.append({
+            "benchmark": "checkpoint", "case": f"per node, chain-{n}, postgres / sqlite (both durability=sync)",
+            "us_per_node": round(pg, 1), "added_us_per_node": round(pg - lite, 1), "ratio": round(pg / lite, 2),
+            "runs": rounds * runs,
+        })
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--postgres", default=os.environ.get("MAS_TEST_POSTGRES_URL"), metavar="URL",
+                        help="also measure PostgreSQL at this URL (default $MAS_TEST_POSTGRES_URL; unset: skipped)")
     args = parser.parse_args()
-    rows = run(quick=args.quick)
+    rows = run(quick=args.quick, postgres=args.postgres)
     for row in rows:
         if "us_per_node" in row:
             size = f"{row['us_per_node']:>9.1f} us/node (+{row['added_us_per_node']:.1f} us/node)"

@@ -47,7 +47,8 @@ def _langgraph_executable() -> str | None:
 
 
 @contextlib.contextmanager
-def start_langgraph_dev(workdir: Path) -> Iterator[Served]:
+def start_langgraph_dev(workdir: Path, config: Path = REPO / "langgraph.json",
+                        extra_env: dict[str, str] | None = None) -> Iterator[Served]:
     """Serve the repository's own langgraph.json (graph paths are relative to the repo, the server's cwd)."""
     executable = _langgraph_executable()
     if executable is None:
@@ -64,9 +65,10 @@ def start_langgraph_dev(workdir: Path) -> Iterator[Served]:
         "MAS_ORCHESTRATOR": "python:tests.served_models:orchestrator",
         "MAS_SUBAGENT": "scripted:from-the-server-environment",  # runs override it per run
         "MAS_STUDIO_DB": str(workdir / "studio.sqlite"),  # the studio (http.app) keeps its threads here
+        **(extra_env or {}),
     })
     log = workdir / f"langgraph-dev-{port}.log"
-    command = [executable, "dev", "--config", str(REPO / "langgraph.json"), "--host", "127.0.0.1",
+    command = [executable, "dev", "--config", str(config), "--host", "127.0.0.1",
                "--port", str(port), "--no-browser", "--no-reload"]
     started = time.perf_counter()
     with log.open("wb") as sink:

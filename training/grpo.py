@@ -33,6 +33,15 @@ from typing import Any
 
 from mas_orchestra.errors import install_command
 from training.config import OrchestraGRPOConfig, parse_config
+from training.distributed import (
+    TINY_RANDOM,
+    LaunchError,
+    WorldSizeMismatchError,
+    check_launch,
+    check_resume_world_size,
+    tiny_random_model,
+    world_size,
+)
 
 __all__ = ["build_grpo_config", "main", "resolve_orchestrator", "run"]
 
@@ -48,6 +57,8 @@ def resolve_orchestrator(model: str) -> str:
         from mas_orchestra.models.embedded import embedded_model_dir
 
         return str(embedded_model_dir())
+    if text.lower() == TINY_RANDOM:
+        return str(tiny_random_model())
     if text.lower().startswith("hf:"):
         text = text[3:]
     expanded = Path(text).expanduser()
@@ -187,6 +198,13 @@ def _resume_checkpoint(cfg: OrchestraGRPOConfig) -> str | None:
     return str(wanted)
 
 
+def _checked_resume_checkpoint(cfg: OrchestraGRPOConfig) -> str | None:
+    checkpoint = _resume_checkpoint(cfg)
+    if checkpoint is not None:
+        check_resume_world_size(checkpoint)  # before any model loads: a clear error, not a silent other curve
+    return checkpoint
+
+
 def _save_config(cfg: OrchestraGRPOConfig, path: Path) -> None:
     import yaml
 
@@ -208,6 +226,7 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
     from training.rewards import make_outcome_reward, orchestra_registry
     from training.trainer import CurvePlotter, OrchestraGRPOTrainer, StepTimer, peak_rss_mb
 
+    checkpoint = _checked_resume_checkpoint(cfg)
     cuda = torch.cuda.is_available()
     bf16_ok = cuda and torch.cuda.is_bf16_supported()
     model_path = resolve_orchestrator(cfg.model)
@@ -259,16 +278,17 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
 
         # vLLM samples the rollouts; validation samples with transformers, under the same grammar.
         constrain_generate(trainer.model, tokenizer, constraint)
-    checkpoint = _resume_checkpoint(cfg)
     trainer.train(resume_from_checkpoint=checkpoint)
 
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    trainer.save_model(str(out))  # adapter_config.json + adapter_model.safetensors (+ tokenizer)
-    trainer.state.save_to_json(str(out / "trainer_state.json"))
-    _save_config(cfg, out / "orchestra_config.yaml")
+    trainer.save_model(str(out))  # adapter_config.json + adapter_model.safetensors (+ tokenizer); rank 0 writes
+    main_process = trainer.is_world_process_zero()
+    if main_process:  # with several processes, one writer per file
+        trainer.state.save_to_json(str(out / "trainer_state.json"))
+        _save_config(cfg, out / "orchestra_config.yaml")
     merged_dir = None
-    if cfg.merge:
+    if cfg.merge and main_process:
         merged_dir = out / "merged"
         model = trainer.accelerator.unwrap_model(trainer.model)
         merged = model.merge_and_unload()
@@ -302,8 +322,12 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         "peak_cuda_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
         "wall_s": time.perf_counter() - started,
         "device": "cuda" if cuda else "cpu",
+        "processes": world_size(),
+        "torch_threads": torch.get_num_threads(),
+        "is_main_process": main_process,
     }
-    (out / "run_summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    if main_process:
+        (out / "run_summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     return summary
 
 
@@ -344,8 +368,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                             stream=sys.stderr)
-    summary = run(cfg)
-    _print_summary(summary)
+    try:
+        check_launch()
+        summary = run(cfg)
+    except (LaunchError, WorldSizeMismatchError) as exc:  # every rank says it and exits non-zero; no traceback
+        raise SystemExit(f"error: {exc}") from None
+    if summary["is_main_process"]:
+        _print_summary(summary)
     return summary
 
 

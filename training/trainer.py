@@ -3,8 +3,10 @@
 ``OrchestraGRPOTrainer.log`` pops the rollout records every :class:`~training.rewards.OutcomeReward` collected
 since the previous log, summarises them (:func:`training.rewards.summarize`) and adds the metrics to the
 same ``logs`` dict TRL fills with its own (``reward``, ``kl``, ``completions/mean_length``…), so they land in
-``trainer_state.json``'s ``log_history`` and in TensorBoard/W&B side by side. With several processes the
-records of all ranks are gathered first, so the rates are exact over the whole step.
+``trainer_state.json``'s ``log_history`` and in TensorBoard/W&B side by side. With several processes each
+rank executes the multi-agent systems of its own completions; the records of all ranks are gathered at
+every log, so the rates are exact over the whole step (``rollouts``: how many, ``rollout_ranks``: from how
+many processes), and rank 0 alone appends them, each once, to ``rollouts.jsonl``.
 
 Importing this module imports TRL (and torch).
 """
@@ -59,14 +61,19 @@ class OrchestraGRPOTrainer(GRPOTrainer):
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         for reward in self._outcome_rewards():
             records: list[RolloutRecord] = reward.pop_records()
+            ranks = [0] * len(records)
             if self.accelerator.num_processes > 1:  # every rank logs at the same points, so this is safe
                 from accelerate.utils import gather_object
 
-                records = [r for part in gather_object([records]) for r in part]
+                parts = gather_object([records])  # one list per rank, in rank order
+                records = [r for part in parts for r in part]
+                ranks = [rank for rank, part in enumerate(parts) for _ in part]
             if not records:
                 continue  # e.g. the end-of-training summary log: nothing new to report
             metrics = summarize(records, reward.kinds)
-            self._append_rollouts(records)
+            metrics["rollouts"] = float(len(records))  # all ranks: the global generation batch
+            metrics["rollout_ranks"] = float(len(set(ranks)))
+            self._append_rollouts(records, ranks)
             if not self.model.training:
                 metrics = {f"eval_{k}": v for k, v in metrics.items()}
             logs.update(metrics)
@@ -79,15 +86,17 @@ class OrchestraGRPOTrainer(GRPOTrainer):
             logs["constrained/mask_seconds"] = float(stats.mask_seconds)
         super().log(logs, start_time)
 
-    def _append_rollouts(self, records: list[RolloutRecord]) -> None:
+    def _append_rollouts(self, records: list[RolloutRecord], ranks: list[int]) -> None:
+        """Rank 0 appends the gathered rollouts of every rank (``rank``: which process executed it)."""
         if self.rollout_log is None or not self.accelerator.is_main_process:
             return
         step = self.state.global_step
         train = self.model.training
         self.rollout_log.parent.mkdir(parents=True, exist_ok=True)
         with self.rollout_log.open("a", encoding="utf-8") as out:
-            for record in records:
-                out.write(json.dumps({"step": step, "train": train, **asdict(record)}, ensure_ascii=False) + "\n")
+            for record, rank in zip(records, ranks, strict=True):
+                line = {"step": step, "train": train, "rank": rank, **asdict(record)}
+                out.write(json.dumps(line, ensure_ascii=False) + "\n")
 
 
 class StepTimer(TrainerCallback):

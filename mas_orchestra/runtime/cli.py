@@ -93,8 +93,11 @@ def _print_interrupt(outcome: Any, args: argparse.Namespace) -> None:
     if payload.get("error"):
         print(f"error: {payload['error']}")
     print(payload.get("spec_text", ""))
+    from mas_orchestra.runtime.postgres import redact_url
+
     print(
-        f"resume: mas-orchestra run {args.question!r} --thread {outcome.thread_id} --db {args.db or DEFAULT_DB} "
+        f"resume: mas-orchestra run {args.question!r} --thread {outcome.thread_id} "
+        f"--db {redact_url(args.db or DEFAULT_DB)} "
         "--resume approve | --resume 'reject:why' | --resume @edited_spec.json"
     )
 
@@ -169,8 +172,9 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the Outcome as JSON")
     p.add_argument("--thread", default=None, metavar="ID",
                    help="run on checkpointed thread ID; an unfinished thread resumes where it stopped")
-    p.add_argument("--db", default=None, metavar="FILE",
-                   help=f"SQLite checkpoint file for --thread/--approve (default {DEFAULT_DB})")
+    p.add_argument("--db", default=None, metavar="FILE|URL",
+                   help=f"checkpoint store for --thread/--approve: a SQLite file (default {DEFAULT_DB}) or a "
+                        "postgresql://user:password@host:5432/db URL shared by several workers (postgres extra)")
     p.add_argument("--fork", nargs="?", const="", default=None, metavar="NEW_ID",
                    help="fork --thread ID into NEW_ID (default ID-fork-xxxxxx): keep its orchestration, rerun "
                         "its nodes with these models")

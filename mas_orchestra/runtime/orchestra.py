@@ -68,8 +68,10 @@ class Orchestra:
     ``False``: off; ``"auto"``: on where the backend can, off with a logged warning elsewhere.
     ``grammar_limits`` bounds what a constrained orchestration may contain (agents, text lengths).
 
-    ``checkpointer``: any LangGraph checkpointer, or a path to a SQLite file (opened for each run; needs the
-    ``checkpoint`` extra). Runs then live on threads (``arun(question, thread_id=...)``): the orchestration,
+    ``checkpointer``: any LangGraph checkpointer, a path to a SQLite file (opened for each run; needs the
+    ``checkpoint`` extra) or a ``postgresql://`` URL (opened for each run, shared by any number of worker
+    processes; needs the ``postgres`` extra; see :mod:`mas_orchestra.runtime.postgres`).
+    Runs then live on threads (``arun(question, thread_id=...)``): the orchestration,
     the approval and every node result are checkpointed, and running the same thread again resumes it
     without calling the orchestrator or any finished node again (a finished thread returns its stored
     outcome). ``interrupt_before_execute`` pauses each run after orchestration (status ``interrupted``,

@@ -21,6 +21,13 @@ from mas_orchestra.compile import NodeExecutionError
 from mas_orchestra.errors import CheckpointError, ThreadMismatchError
 from mas_orchestra.runtime.outcome import RunRecord, node_events
 from mas_orchestra.runtime.pipeline import build_pipeline, setup_of
+from mas_orchestra.runtime.postgres import (
+    is_database_error,
+    is_postgres_url,
+    open_async_postgres_checkpointer,
+    postgres_error,
+    redact_url,
+)
 from mas_orchestra.spec import spec_from_data
 from mas_orchestra.status import Status
 
@@ -51,7 +58,10 @@ def thread_differences(values: Mapping[str, Any], question: str, setup: Mapping[
 
 @contextlib.asynccontextmanager
 async def _saver(checkpointer: Any) -> AsyncIterator[Any]:
-    if isinstance(checkpointer, (str, Path)):
+    if is_postgres_url(checkpointer):
+        async with open_async_postgres_checkpointer(checkpointer) as saver:
+            yield saver
+    elif isinstance(checkpointer, (str, Path)):
         from mas_orchestra.runtime.checkpoint import open_async_sqlite_checkpointer
 
         async with open_async_sqlite_checkpointer(checkpointer) as saver:
@@ -61,10 +71,20 @@ async def _saver(checkpointer: Any) -> AsyncIterator[Any]:
 
 
 def _store_name(checkpointer: Any) -> str:
+    if is_postgres_url(checkpointer):
+        return redact_url(checkpointer)
     if isinstance(checkpointer, (str, Path)):
         return str(checkpointer)
     conn = getattr(checkpointer, "conn", None)
     return f"{type(checkpointer).__name__}({conn!r})" if conn is not None else type(checkpointer).__name__
+
+
+def _postgres_url_of(orchestra: Orchestra) -> str:
+    """A URL naming the database of a saver passed as an object (its connection's parameters, no password)."""
+    info = getattr(getattr(orchestra.checkpointer, "conn", None), "info", None)
+    if info is None:
+        return "postgresql://unknown"
+    return f"postgresql://{info.user}@{info.host}:{info.port}/{info.dbname}"
 
 
 def _fill(run: RunRecord, values: Mapping[str, Any], orchestra: Orchestra) -> None:
@@ -156,6 +176,12 @@ async def thread_events(
         from mas_orchestra.runtime.checkpoint import as_checkpoint_error
 
         raise as_checkpoint_error(_store_name(orchestra.checkpointer), exc) from exc
+    except Exception as exc:
+        if not is_database_error(exc):
+            raise
+        # The PostgreSQL driver failed (connection lost, server gone): every committed node is kept.
+        url = orchestra.checkpointer if is_postgres_url(orchestra.checkpointer) else _postgres_url_of(orchestra)
+        raise postgres_error(url, exc) from exc
 
 
 async def _start(
@@ -240,6 +266,8 @@ async def _stream(
     except (ThreadMismatchError, CheckpointError, sqlite3.Error):
         raise
     except Exception as exc:  # orchestrator failure and the like: an outcome; the thread stays resumable
+        if is_database_error(exc):  # the checkpoint store failed, not the run: raised as a CheckpointError
+            raise
         error = f"{type(exc).__name__}: {exc}"
         if not run.orchestration:
             error = f"orchestrator failed: {error}"
