@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from agents.base import AgentResult
 from mas_orchestra.runtime.usage import RunUsage, UsageCallback
-from mas_orchestra.spec import GraphSpec
+from mas_orchestra.spec import GraphSpec, count_warnings
 from mas_orchestra.status import Status
 
 __all__ = ["Outcome", "RunRecord", "Status", "node_events"]
@@ -46,6 +46,12 @@ class Outcome(BaseModel):
     @property
     def ok(self) -> bool:
         return self.status is Status.OK
+
+    @property
+    def spec_warnings(self) -> dict[str, int]:
+        """How many leniencies of each kind reading the orchestration needed (``{}`` for a clean text or no
+        spec); see :class:`~mas_orchestra.spec.SpecWarning`."""
+        return count_warnings(self.spec.warnings) if self.spec is not None else {}
 
     @property
     def valid(self) -> bool:
