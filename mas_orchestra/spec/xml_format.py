@@ -26,7 +26,11 @@ from mas_orchestra.spec.warnings import line_of
 if TYPE_CHECKING:
     from mas_orchestra.spec.model import GraphSpec
 
-__all__ = ["detect_dom", "read_orchestration", "spec_to_xml"]
+__all__ = ["NO_ORCHESTRATION", "detect_dom", "read_orchestration", "spec_to_xml"]
+
+#: How the problem of a text with no <agent> and no <answer> starts (the original's whole-response fallback
+#: grades such a text as a direct answer; see :func:`mas_orchestra.runtime.whole_response_answer`).
+NO_ORCHESTRATION = "no orchestration found"
 
 #: Bounds the tokeniser's memory; a 10,000-block degenerate loop (~120,000 tags) still reads.
 _MAX_TAGS = 250_000
@@ -323,7 +327,7 @@ def read_orchestration(
     if not nodes:
         if not answers:
             problems.append(
-                "no orchestration found: no <agent> block and no <answer>"
+                f"{NO_ORCHESTRATION}: no <agent> block and no <answer>"
                 + (" (low DoM needs one <agent> with <agent_output_id>, or a direct <answer>)" if dom == "low" else "")
             )
         else:
