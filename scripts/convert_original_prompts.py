@@ -50,7 +50,12 @@ def string_constant(path: Path, name: str) -> str:
     except SyntaxError as exc:
         raise ConversionError(f"{path}: not valid Python ({exc.msg}, line {exc.lineno})") from None
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        else:
+            continue
         if any(isinstance(t, ast.Name) and t.id == name for t in targets):
             value = node.value
             if isinstance(value, ast.Constant) and isinstance(value.value, str):
@@ -83,8 +88,8 @@ def convert(checkout: str | Path, out: str | Path, *, variant: str | None = None
             user_modules = (f"propose_{name}_{variant}",)
             specific = root / "developer_prompt" / f"{name}_igsm.py"
             developer = specific if specific.is_file() else developer
-        user_path = next((root / "user_prompt" / f"{m}.py" for m in user_modules
-                          if (root / "user_prompt" / f"{m}.py").is_file()), root / "user_prompt" / f"{user_modules[0]}.py")
+        candidates = [root / "user_prompt" / f"{m}.py" for m in user_modules]
+        user_path = next((p for p in candidates if p.is_file()), candidates[0])
         parts = {
             "system.txt": string_constant(root / "system_prompt" / f"{name}.py", "system_prompt"),
             "user.txt": string_constant(user_path, "base"),

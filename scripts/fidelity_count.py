@@ -68,8 +68,8 @@ def _graph_ok(ids: list[str], edges: list[tuple[str, str]]) -> bool:
 def original_reading(text: str, dom: str) -> tuple[Any, ...]:
     """What the original ran for ``text``: ("agents", agents, edges) | ("direct", answer) | ("fails",)."""
     last = None
-    for last in _HARMONY.finditer(text):
-        pass
+    for match in _HARMONY.finditer(text):
+        last = match
     text = text[last.end():] if last else text
     if dom == "low":
         name = _extract(text, "agent_name")
@@ -135,7 +135,8 @@ def compare(paths: list[Path], *, whole_response_fallback: bool = False) -> list
     for path in paths:
         dom = "low" if path.name.endswith(".low.txt") else "high"
         text = path.read_text(encoding="utf-8")
-        theirs, ours = original_reading(text, dom), our_reading(text, dom, whole_response_fallback=whole_response_fallback)
+        theirs = original_reading(text, dom)
+        ours = our_reading(text, dom, whole_response_fallback=whole_response_fallback)
         try:
             spec = parse_orchestration(text, dom=dom)  # type: ignore[arg-type]
             warnings = sorted({w.kind for w in getattr(spec, "warnings", [])})

@@ -61,7 +61,7 @@ def test_dom_subfolder_is_chosen(tmp_path):
 def test_bad_template_folders_name_the_file_and_placeholder(tmp_path):
     folder = write(tmp_path / "missing")
     (folder / "second_user.txt").unlink()
-    with pytest.raises(PromptTemplateError, match="missing part second_user.txt"):
+    with pytest.raises(PromptTemplateError, match=r"missing part second_user\.txt"):
         load_template(folder)
     folder = write(tmp_path / "unknown", second="Agents: {agent_list}")
     with pytest.raises(PromptTemplateError, match=r"second_user.txt: unknown placeholder \{agent_list\} at line 1") as info:

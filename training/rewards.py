@@ -338,7 +338,9 @@ class OutcomeReward:
             spec = parse_orchestration(text, dom=self.dom, registry=self.registry, strict=self.strict)
         except SpecError as exc:
             record.status, record.error = Status.INVALID_SPEC.value, str(exc)
-            fallback = whole_response_answer(record.status, record.error, text) if self.whole_response_fallback else None
+            fallback = (
+                whole_response_answer(record.status, record.error, text) if self.whole_response_fallback else None
+            )
             if fallback is not None:  # the original reward graded such a completion as a direct answer
                 record.whole_response = True
                 record.correct = bool(

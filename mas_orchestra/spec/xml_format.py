@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from mas_orchestra.errors import SpecError
 from mas_orchestra.registry import AgentRegistry, default_registry
 from mas_orchestra.spec.json_format import read_json_spec
-from mas_orchestra.spec.limits import ID_RE, MAX_NODES, MAX_TEXT_CHARS, Dom
+from mas_orchestra.spec.limits import ID_RE, MARKUP_RE, MAX_NODES, MAX_TEXT_CHARS, Dom
 from mas_orchestra.spec.warnings import line_of
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ _STRUCTURE_TAGS = frozenset({
 _AGENT_END = frozenset({"agent", "edge", "answer"})
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Tag:
     start: int
     end: int
@@ -61,17 +61,20 @@ class _Doc:
 
     def __init__(self, text: str, known: frozenset[str]) -> None:
         self.text = text
-        tags = [
-            _Tag(m.start(), m.end(), m.group(2).lower(), bool(m.group(1)))
-            for m in _TAG_RE.finditer(text)
-            if m.group(2).lower() in known
-        ]
+        tags = []
+        for m in _TAG_RE.finditer(text):
+            closing, name = m.group(1, 2)
+            name = name.lower()
+            if name in known:
+                tags.append(_Tag(m.start(), m.end(), name, bool(closing)))
         if len(tags) > _MAX_TAGS:
             raise SpecError(f"orchestration has {len(tags):,} tags; the limit is {_MAX_TAGS:,}")
         self.prose_tags = 0
         first = next((i for i, t in enumerate(tags) if t.name == "thinking" and not t.closing), None)
         if first is not None:
-            close = next((j for j in range(first + 1, len(tags)) if tags[j].name == "thinking" and tags[j].closing), None)
+            close = next(
+                (j for j in range(first + 1, len(tags)) if tags[j].name == "thinking" and tags[j].closing), None
+            )
             if close is not None:
                 self.prose_tags = close - first - 1
                 tags = tags[: first + 1] + tags[close:]
@@ -119,8 +122,8 @@ class _Doc:
 
 def _strip_harmony(text: str) -> str:
     last = None
-    for last in _HARMONY_FINAL.finditer(text):
-        pass
+    for match in _HARMONY_FINAL.finditer(text):
+        last = match
     return text[last.end() :] if last is not None else text
 
 
@@ -245,6 +248,8 @@ def _plan_agents(doc: _Doc, dom: Dom, edge_end: int | None, registry: AgentRegis
             return nodes, start, len(opens) - number + 1
         _, block_end, closed = doc.block(index, end, stop=_AGENT_END)
         node = _agent_block(doc, doc.tags[index].end, block_end, registry, number)
+        next_start = doc.tags[opens[number]].start if number < len(opens) else end
+        _check_nested_markup(doc, number, doc.tags[index].end, next_start)
         if nodes and node["id"] is not None and node["id"] in ids:
             return nodes, start, len(opens) - number + 1
         if len(nodes) >= MAX_NODES:
@@ -253,7 +258,8 @@ def _plan_agents(doc: _Doc, dom: Dom, edge_end: int | None, registry: AgentRegis
             later = doc.opens("thinking", start)
             copy_start = doc.tags[later[0]].start if later else end
         if not closed:
-            notes.add("unclosed_block", start, f"agent #{number} has no </agent>; read up to where the next block starts")
+            notes.add("unclosed_block", start,
+                      f"agent #{number} has no </agent>; read up to where the next block starts")
         if node["input"] in ('""', "''"):
             notes.add("quoted_empty_input", f"agent #{number}",
                       f"<agent_input>{node['input']}</agent_input> read as empty: the agent gets the whole question")
@@ -262,6 +268,23 @@ def _plan_agents(doc: _Doc, dom: Dom, edge_end: int | None, registry: AgentRegis
         nodes.append(node)
         ids.add(node["id"])
     return nodes, end, 0
+
+
+def _check_nested_markup(doc: _Doc, number: int, lo: int, hi: int) -> None:
+    """A value holding format tags (``<agent_input>… <answer> …</agent_input>``) would be cut at the tag and
+    silently change meaning: refuse it, naming the agent, the field and the tag."""
+    for tag in ("agent_input", "agent_description"):
+        found = doc.opens(tag, lo, hi)
+        if not found:
+            continue
+        start = doc.tags[found[0]].end
+        close = re.compile(rf"<\s*/\s*{tag}\s*>", re.I).search(doc.text, start, hi)
+        nested = MARKUP_RE.search(doc.text, start, close.start()) if close else None
+        if nested:
+            raise SpecError(
+                f"agent #{number}: <{tag}> contains orchestration markup {nested.group(0)!r} "
+                f"({line_of(doc.text, nested.start())}); values cannot hold format tags, reword them"
+            )
 
 
 def _first_edges(doc: _Doc, notes: _Notes) -> tuple[list[dict[str, str]], int | None]:
@@ -323,7 +346,8 @@ def read_orchestration(
     data: dict[str, Any] = {"thinking": thinking, "dom": dom, "edges": edges, "nodes": []}
     for node in nodes:
         if not node["agent"]:
-            problems.append(f"agent #{node['_number']}: missing <agent_name>; valid: {', '.join(registry.block_names())}")
+            valid = ", ".join(registry.block_names())
+            problems.append(f"agent #{node['_number']}: missing <agent_name>; valid: {valid}")
     if not nodes:
         if not answers:
             problems.append(
