@@ -45,6 +45,7 @@ BUILTIN_BASE: dict[str, type[BaseException]] = {
     "mas_orchestra.models.resolve.MissingCredentialsError": RuntimeError,
     "mas_orchestra.models.resolve.TransientModelError": RuntimeError,
     "mas_orchestra.models.embedded.EmbeddedModelUnavailableError": ImportError,
+    "mas_orchestra.prompt_templates.PromptTemplateError": ValueError,
 }
 
 _BUILTIN_EXCEPTIONS = {
