@@ -194,3 +194,12 @@ def test_wrong_types_are_caller_errors():
         parse_orchestration(None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="dom must be"):
         parse_orchestration("<answer>1</answer>", dom="medium")  # type: ignore[arg-type]
+
+
+def test_edge_block_before_the_agents_still_reads_every_agent():
+    spec = parse_orchestration(
+        "<edge><from>A</from><to>B</to></edge>"
+        "<agent><agent_id>A</agent_id><agent_name>cot</agent_name></agent>"
+        "<agent><agent_id>B</agent_id><agent_name>cot</agent_name></agent>"
+    )
+    assert [n.id for n in spec.nodes] == ["A", "B"] and spec.sink == "B" and spec.warnings == []

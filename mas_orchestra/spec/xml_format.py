@@ -244,7 +244,7 @@ def _plan_agents(doc: _Doc, dom: Dom, edge_end: int | None, registry: AgentRegis
     copy_start = end
     for number, index in enumerate(opens, 1):
         start = doc.tags[index].start
-        if nodes and (dom == "low" or start >= min(copy_start, end if edge_end is None else edge_end)):
+        if nodes and (dom == "low" or start >= copy_start):
             return nodes, start, len(opens) - number + 1
         _, block_end, closed = doc.block(index, end, stop=_AGENT_END)
         node = _agent_block(doc, doc.tags[index].end, block_end, registry, number)
@@ -254,9 +254,11 @@ def _plan_agents(doc: _Doc, dom: Dom, edge_end: int | None, registry: AgentRegis
             return nodes, start, len(opens) - number + 1
         if len(nodes) >= MAX_NODES:
             raise SpecError(f"more than {MAX_NODES} <agent> blocks in one plan; a spec may have at most {MAX_NODES}")
-        if not nodes:  # a <thinking> after the first agent starts a new copy of the plan
+        if not nodes:  # a <thinking> after the first agent, or the end of an <edge> block after it, ends the plan
             later = doc.opens("thinking", start)
             copy_start = doc.tags[later[0]].start if later else end
+            if edge_end is not None and edge_end > start:
+                copy_start = min(copy_start, edge_end)
         if not closed:
             notes.add("unclosed_block", start,
                       f"agent #{number} has no </agent>; read up to where the next block starts")
