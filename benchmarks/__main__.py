@@ -25,6 +25,7 @@ SCRIPTS = {
     "rollouts": ("benchmarks/rollout_bench.py", ["--quick"], []),
     "eval": ("benchmarks/eval_overhead.py", ["--questions", "200", "--repeats", "3"], []),
     "masbench": ("benchmarks/masbench_speed.py", [], []),
+    "parse": ("benchmarks/parse_scaling.py", ["--repeats", "3"], []),
     # grammar compile times only with --quick; the full run decodes 5 + 5 questions per DoM on the embedded model
     "constrained": ("benchmarks/constrained_decoding.py", ["--compile-only", "--caps", "1,2,4,8"], ["--n", "5"]),
     # batched vs one-call-at-a-time generation, prefix-cache TTFT, SC wall, jump-forward (embedded model)

@@ -15,22 +15,22 @@ from mas_orchestra.errors import MissingExtraError, SpecError
 log = logging.getLogger("mas_orchestra")
 
 
-def _load(path: str, dom: str | None):
+def _load(path: str, dom: str | None, strict: bool = False):
     from mas_orchestra.spec import GraphSpec
 
     if path == "-":
-        return GraphSpec.from_text(sys.stdin.read(), dom=dom)  # type: ignore[arg-type]
+        return GraphSpec.from_text(sys.stdin.read(), dom=dom, strict=strict)  # type: ignore[arg-type]
     file = Path(path)
     if not file.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    return GraphSpec.from_file(file, dom=dom)  # type: ignore[arg-type]
+    return GraphSpec.from_file(file, dom=dom, strict=strict)  # type: ignore[arg-type]
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     failed = 0
     for path in args.files:
         try:
-            spec = _load(path, args.dom)
+            spec = _load(path, args.dom, args.strict)
         except (SpecError, FileNotFoundError, UnicodeDecodeError) as exc:
             failed += 1
             problems = exc.problems if isinstance(exc, SpecError) else [str(exc)]
@@ -39,7 +39,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                 print(f"  - {problem}", file=sys.stderr)
             continue
         kinds = ", ".join(f"{k}×{n}" for k, n in spec.agent_counts().items()) or "direct answer"
-        print(f"{path}: ok ({len(spec.nodes)} agents: {kinds}; sink {spec.sink}; hash {spec.spec_hash()})")
+        warned = f"; {len(spec.warnings)} warning(s)" if spec.warnings else ""
+        print(f"{path}: ok ({len(spec.nodes)} agents: {kinds}; sink {spec.sink}; hash {spec.spec_hash()}{warned})")
+        for warning in spec.warnings:
+            print(f"  warning: {warning}")
     return 1 if failed else 0
 
 
@@ -121,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check orchestration files (JSON spec or orchestration text)")
     p.add_argument("files", nargs="+", help="spec files (.json, .xml, .txt) or - for stdin")
     p.add_argument("--dom", choices=["high", "low"], default=None, help="DoM of text files (default high)")
+    p.add_argument("--strict", action="store_true", help="report any leniency (spec warning) as a problem")
     p.set_defaults(func=_cmd_validate)
 
     p = sub.add_parser("draw", help="print a spec as a Mermaid flowchart")

@@ -26,7 +26,7 @@ from mas_orchestra.registry import AgentKind, AgentRegistry, BuildContext, defau
 from mas_orchestra.settings import RunSettings
 from mas_orchestra.spec import PLACEHOLDER_RE, AgentNode, GraphSpec
 
-__all__ = ["MASState", "NodeExecutionError", "compile_spec", "render_task"]
+__all__ = ["SINGLE_AGENT_INSTRUCTION", "MASState", "NodeExecutionError", "compile_spec", "render_task"]
 
 ModelLike = Any  # BaseChatModel, any Runnable taking messages, or a model string
 # A graph compiled without settings: no retries and no bound on calls in flight (what compile_spec always did).
@@ -53,11 +53,23 @@ class MASState(TypedDict, total=False):
     spec_hash: Annotated[str, _last]
 
 
-def render_task(node: AgentNode, question: str, results: Mapping[str, AgentResult]) -> str:
+#: What a lone agent (high DoM with one agent, or low DoM) is told after its sub-task: its answer is the
+#: system's answer, so it must end with the answer to the original task (the original system's instruction,
+#: in our words).
+SINGLE_AGENT_INSTRUCTION = (
+    "Solve the sub-task first. If its result already answers the original task, give that as your final "
+    "answer; otherwise use it to solve the original task and give the original task's final answer."
+)
+
+
+def render_task(
+    node: AgentNode, question: str, results: Mapping[str, AgentResult], *, single: bool = False
+) -> str:
     """The prompt task of a node: the question, or the question plus its sub-task with ``${id}`` filled.
 
-    Upstream outputs are inserted as their readable text, by a function (not a template), so any
-    ``$``, ``\\`` or markup inside them stays data.
+    ``single``: the node is the spec's only agent, so its answer is the system's: the sub-task then ends
+    with :data:`SINGLE_AGENT_INSTRUCTION` (as the original did). Upstream outputs are inserted as their
+    readable text, by a function (not a template), so any ``$``, ``\\`` or markup inside them stays data.
     """
     if not node.input:
         return question
@@ -68,7 +80,8 @@ def render_task(node: AgentNode, question: str, results: Mapping[str, AgentResul
         return result.text() if result is not None else match.group(0)
 
     sub_task = PLACEHOLDER_RE.sub(fill, node.input)
-    return f"Original task: {question}\nCurrent sub-task: {sub_task}"
+    task = f"Original task: {question}\nCurrent sub-task: {sub_task}"
+    return f"{task}\n{SINGLE_AGENT_INSTRUCTION}" if single else task
 
 
 def _resolve(model: ModelLike) -> Runnable:
@@ -113,7 +126,7 @@ def _as_coroutine_fn(built: Any, node_id: str, kind: AgentKind):
 
 
 def _node_function(
-    node: AgentNode, kind: AgentKind, run_agent: Any, *, is_sink: bool, spec_hash: str
+    node: AgentNode, kind: AgentKind, run_agent: Any, *, is_sink: bool, spec_hash: str, single: bool = False
 ):
     name = f"{node.id} · {kind.block}"
     traced = RunnableLambda(run_agent, name=name)
@@ -124,7 +137,7 @@ def _node_function(
         if stored and stored != spec_hash:
             thread = str((config.get("configurable") or {}).get("thread_id", "?"))
             raise ThreadMismatchError(thread, {"spec": (stored, spec_hash)})
-        task = render_task(node, state["question"], state.get("results") or {})
+        task = render_task(node, state["question"], state.get("results") or {}, single=single)
         child = patch_config(config, run_name=name)
         child["metadata"] = {**(child.get("metadata") or {}), **metadata}
         child["tags"] = [*(child.get("tags") or []), f"agent:{kind.name}"]
@@ -242,7 +255,8 @@ def compile_spec(
         run_agent = _as_coroutine_fn(built, node.id, kind)
         builder.add_node(
             node.id,
-            _node_function(node, kind, run_agent, is_sink=node.id == spec.sink, spec_hash=spec_hash),
+            _node_function(node, kind, run_agent, is_sink=node.id == spec.sink, spec_hash=spec_hash,
+                           single=len(spec.nodes) == 1),
             metadata={"agent_kind": kind.name, "agent_block": kind.block},
         )
     for node in spec.nodes:

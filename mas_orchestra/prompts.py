@@ -1,25 +1,20 @@
 """Orchestrator prompts, generated from the agent registry so that user-registered agents appear.
 
-The templates (``prompts/orchestrator_high.txt`` and ``orchestrator_low.txt``) keep the original
-prompt's content: the output format, one sink, ``${id}`` references, edges matching references.
+The messages come from a template folder (:mod:`mas_orchestra.prompt_templates`): ours by default
+(``prompts/high/`` and ``prompts/low/``, our wording of the original prompt's content: the output format, one
+sink, ``${id}`` references, edges matching references), or any folder given as ``prompt=``.
 """
 
 from __future__ import annotations
 
 import json
-from functools import cache
-from importlib import resources
-from string import Template
+from typing import Any
 
+from mas_orchestra.prompt_templates import ARCHIVE_ORDER, PromptTemplate, load_template
 from mas_orchestra.registry import BASELINE_DEBATE_ROLES, AgentKind, AgentRegistry, default_registry
 from mas_orchestra.spec import Dom, GraphSpec, check_dom, spec_from_data
 
-__all__ = ["describe_agents", "orchestrator_messages", "orchestrator_prompt"]
-
-
-@cache
-def _template(name: str) -> Template:
-    return Template(resources.files("mas_orchestra").joinpath(f"prompts/{name}.txt").read_text("utf-8"))
+__all__ = ["archive_kinds", "describe_agents", "orchestrator_messages", "orchestrator_prompt"]
 
 
 def _describe(kind: AgentKind) -> str:
@@ -115,22 +110,61 @@ def _example(dom: str, registry: AgentRegistry) -> str:
     return spec.to_xml(registry=registry)
 
 
-def orchestrator_prompt(
-    question: str, dom: Dom = "high", *, registry: AgentRegistry | None = None
-) -> str:
-    """The orchestrator's user prompt for one task."""
-    check_dom(dom)
-    registry = registry or default_registry
-    return _template(f"orchestrator_{dom}").substitute(
-        agents=describe_agents(registry),
-        agent_names=", ".join(registry.block_names()),
-        example=_example(dom, registry),
-        question=question,
-    )
+def _archive_entry(kind: AgentKind) -> dict[str, Any]:
+    """One agent as the original's second user message lists it: description, name, required arguments."""
+    arguments = {"agent_input": "The sub-task for this agent; empty (\"\") gives it the whole question."}
+    for name, info in kind.params.model_fields.items():
+        arguments[kind.xml_tag(name)] = info.description or name
+    return {"description": kind.description, "name": kind.block, "required_arguments": arguments}
+
+
+def archive_kinds(registry: AgentRegistry) -> list[AgentKind]:
+    """The offered kinds in the original's archive order (COT, COT_SC, Reflexion, LLM_debate, WebSearch),
+    then any user-registered kinds."""
+    kinds = registry.kinds()
+    rank = {name: i for i, name in enumerate(ARCHIVE_ORDER)}
+    return sorted(kinds, key=lambda k: rank.get(k.name, len(rank) + kinds.index(k)))
+
+
+def _values(question: str, dom: Dom, registry: AgentRegistry, model: str | None) -> Any:
+    def value(name: str) -> str:
+        if name == "question":
+            return question
+        if name == "agents":
+            return describe_agents(registry)
+        if name == "agent_names":
+            return ", ".join(registry.block_names())
+        if name == "example":
+            return _example(dom, registry)
+        if name == "archive":
+            return "[" + ",\n".join(json.dumps(_archive_entry(k)) for k in archive_kinds(registry)) + "]"
+        if name == "model":
+            return model or "unknown"
+        kind = name.removeprefix("agent_")
+        return json.dumps(_archive_entry(registry.get(kind))) if kind in registry else ""
+
+    return value
 
 
 def orchestrator_messages(
-    question: str, dom: Dom = "high", *, registry: AgentRegistry | None = None
+    question: str, dom: Dom = "high", *, registry: AgentRegistry | None = None,
+    prompt: str | PromptTemplate | None = None, model: str | None = None,
 ) -> list[dict[str, str]]:
-    """The prompt as chat messages (the question in the first and only user message), as TRL expects."""
-    return [{"role": "user", "content": orchestrator_prompt(question, dom, registry=registry)}]
+    """The orchestrator's chat messages for one task (``{"role", "content"}`` each, as TRL expects).
+
+    ``prompt``: a template folder (or :class:`PromptTemplate`); ``None`` is ours, whose one user message ends
+    with the question. ``model`` fills ``{model}`` (the sub-agents' model name).
+    """
+    check_dom(dom)
+    registry = registry or default_registry
+    return load_template(prompt, dom).render(_values(question, dom, registry, model))
+
+
+def orchestrator_prompt(
+    question: str, dom: Dom = "high", *, registry: AgentRegistry | None = None,
+    prompt: str | PromptTemplate | None = None, model: str | None = None,
+) -> str:
+    """The orchestrator prompt for one task as one text: the messages' contents, blank-line separated (with
+    our template, its single user message)."""
+    messages = orchestrator_messages(question, dom, registry=registry, prompt=prompt, model=model)
+    return "\n\n".join(m["content"] for m in messages)

@@ -179,3 +179,19 @@ async def test_prompt_injection_in_upstream_output_stays_data():
     assert "Answer: ${B} IGNORE" in final_prompt  # the injected ${B} was not expanded
     assert "$question \\g<0>" in final_prompt
     assert out["final_answer"] == "done" and set(out["results"]) == {"A", "B", "C"}
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_single_agent_subtask_carries_the_instruction(nodes):
+    from mas_orchestra.compile import SINGLE_AGENT_INSTRUCTION
+
+    data = {"nodes": [{"id": "A", "agent": "cot", "input": "Find the remainder."}]}
+    if nodes == 2:
+        data["nodes"].append({"id": "B", "agent": "cot", "input": "Finish with ${A}."})
+        data["edges"] = [{"source": "A", "target": "B"}]
+    model = ScriptedChatModel(replies=[cot_reply("3")])
+    compile_spec(spec_from_data(data), model).invoke({"question": "What is 17 mod 7?"})
+    first = model.prompts[0]
+    assert "Original task: What is 17 mod 7?" in first and "Current sub-task: Find the remainder." in first
+    assert (SINGLE_AGENT_INSTRUCTION in first) == (nodes == 1)
+    assert all(SINGLE_AGENT_INSTRUCTION not in p for p in model.prompts[1:])

@@ -425,3 +425,30 @@ async def test_progress_bar_shows_live_accuracy_on_stderr(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "acc=50.0%" in captured.err and captured.out == ""
     assert not (tmp_path / "run" / "pareto.png").exists()
+
+
+async def test_spec_warnings_and_the_whole_response_fallback(tmp_path):
+    rows = [{"id": "q0", "question": "6 x 7?", "answer": "42"}, {"id": "q1", "question": "2 + 2?", "answer": "4"}]
+    texts = {
+        "6 x 7?": "<agent><agent_id>A</agent_id><agent_name>cot</agent_name></agent><answer>41</answer>",
+        "2 + 2?": "Two and two make \\boxed{4}.",
+    }
+
+    def orchestrate(messages, index):
+        prompt = str(messages[-1].content)
+        return next(text for question, text in texts.items() if prompt.rstrip().endswith(question))
+
+    sub = ScriptedChatModel(replies=["<thinking>6 x 7</thinking><answer>42</answer>"])
+    summary, _, _ = await _orchestra_eval(rows, tmp_path / "off", orch=ScriptedChatModel(replies=orchestrate), sub=sub)
+    assert summary["spec_warnings"] == {"ignored_after_plan": 1} and summary["runs_with_spec_warnings"] == 1
+    assert summary["avg_at_k"] == pytest.approx(0.5) and summary["whole_response_answers"] == 0
+    assert "spec warnings  ignored_after_plan 1 (in 1 runs)" in ev.format_summary(summary)
+    summary, _, _ = await _orchestra_eval(rows, tmp_path / "on", orch=ScriptedChatModel(replies=orchestrate), sub=sub,
+                                          whole_response_fallback=True, grader="math")
+    assert summary["avg_at_k"] == pytest.approx(1.0) and summary["whole_response_answers"] == 1
+    assert summary["status_counts"]["invalid_spec"] == 1  # still invalid: the fallback only grades the text
+    lines = {line["id"]: line for line in _lines(tmp_path / "on")}
+    assert lines["q1"]["answer_source"] == "whole_response" and lines["q1"]["correct"]
+    summary, _, _ = await _orchestra_eval(rows, tmp_path / "strict", orch=ScriptedChatModel(replies=orchestrate),
+                                          sub=sub, strict=True)
+    assert summary["status_counts"]["invalid_spec"] == 2 and summary["spec_warnings"] == {}

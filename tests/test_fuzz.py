@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -49,8 +50,10 @@ def test_any_text_parses_or_raises_spec_error(text, dom):
         return
     _check_invariants(spec)
     again = parse_orchestration(spec.to_xml(), dom=spec.dom)
-    assert again.model_dump() == spec.model_dump()
-    assert parse_spec(spec.model_dump_json()).model_dump() == spec.model_dump()
+    # the canonical text reads back to the same graph; the warnings of a messy text are not written into it
+    assert again.model_dump(exclude={"warnings"}) == spec.model_dump(exclude={"warnings"})
+    assert again.spec_hash() == spec.spec_hash()
+    assert parse_spec(spec.model_dump_json()).model_dump() == spec.model_dump()  # JSON keeps the warnings
 
 
 @settings(max_examples=300, deadline=None)
@@ -100,3 +103,40 @@ def test_any_accepted_spec_compiles_runs_and_round_trips(data):
     out = graph.invoke({"question": "q"})
     assert out["final_answer"] == "42"
     assert set(out["results"]) == {n.id for n in spec.nodes}
+
+
+# -- degenerate repetition: the first plan is read, the rest recorded, in linear time -------------------
+
+_LOOP_BLOCK = (
+    "<agent><agent_name>CoTAgent</agent_name><agent_description>solve</agent_description><required_arguments>"
+    "<agent_input></agent_input></required_arguments><agent_output_id>x</agent_output_id></agent>\n"
+)
+_HIGH_BLOCK = "<agent><agent_id>A</agent_id><agent_name>CoTAgent</agent_name></agent>\n"
+
+
+def repeated_text(blocks: int, dom: str = "low") -> str:
+    """``blocks`` copies of one agent block: what a degenerate generation loop writes."""
+    return "<thinking>loop</thinking>\n" + (_LOOP_BLOCK if dom == "low" else _HIGH_BLOCK) * blocks
+
+
+@pytest.mark.parametrize("blocks", [45, 10_000])
+@pytest.mark.parametrize("dom", ["low", "high"])
+def test_repeated_blocks_read_the_first_and_record_the_rest(blocks, dom):
+    text = repeated_text(blocks, dom)
+    spec = parse_orchestration(text, dom=dom)
+    assert len(spec.nodes) == 1 and spec.nodes[0].agent == "cot"
+    assert [w.kind for w in spec.warnings] == ["ignored_after_plan"]
+    assert f"{blocks - 1} more <agent> block(s)" in spec.warnings[0].message
+    with pytest.raises(SpecError, match="ignored_after_plan"):
+        parse_orchestration(text, dom=dom, strict=True)
+
+
+def test_truncated_first_block_and_markup_inside_inputs_are_named():
+    spec = parse_orchestration("<thinking>t</thinking><agent><agent_name>ReflexionAgent</agent_name><required_arg",
+                               dom="low")
+    assert spec.nodes[0].agent == "reflexion" and [w.kind for w in spec.warnings] == ["unclosed_block", "missing_output_id"]
+    with pytest.raises(SpecError, match=r"agent #1: missing <agent_name>"):
+        parse_orchestration("<agent><agent_id>A</agent_id><agent_na", dom="high")
+    with pytest.raises(SpecError, match=r"agent #1: <agent_input> contains orchestration markup '<answer>' \(line 1\)"):
+        parse_orchestration("<agent><agent_id>A</agent_id><agent_name>cot</agent_name><required_arguments>"
+                            "<agent_input>Put it in <answer> tags</agent_input></required_arguments></agent>")

@@ -450,7 +450,7 @@ def test_a_thousand_runs_leave_no_threads_or_tasks_behind(capsys):
     assert threads_end <= threads_before + 2
 
 
-def test_usage_tokens_are_langchains_and_calls_are_ours():
+def test_usage_tokens_match_langchains_and_replies_naming_no_model_count_too():
     from uuid import uuid4
 
     from langchain_core.callbacks import UsageMetadataCallbackHandler
@@ -473,9 +473,68 @@ def test_usage_tokens_are_langchains_and_calls_are_ours():
         theirs.on_llm_end(result, run_id=uuid4(), tags=tags)
     ours.on_llm_error(RuntimeError("down"), run_id=uuid4())
     usage = ours.snapshot(1.0)
-    assert ours.usage_metadata == theirs.usage_metadata
+    # replies that name their model: langchain-core's counts exactly; the handler drops the nameless reply,
+    # we file its tokens under "unknown"
+    assert {k: v for k, v in ours.usage_metadata.items() if k != "unknown"} == theirs.usage_metadata
+    assert "unknown" not in theirs.usage_metadata and ours.usage_metadata["unknown"]["total_tokens"] == 14
     assert (usage.llm_calls, usage.orchestrator_calls, usage.subagent_calls) == (4, 1, 3)
     assert (usage.format_retries, usage.failed_calls) == (1, 1)
-    assert (usage.input_tokens, usage.output_tokens, usage.total_tokens) == (120, 46, 166)
+    assert (usage.input_tokens, usage.output_tokens, usage.total_tokens) == (127, 53, 180)
     assert {name: (m.calls, m.input_tokens) for name, m in usage.by_model.items()} == {
-        "orch": (1, 100), "sub": (2, 20), "unknown": (1, 0)}  # a reply naming no model: a call, no tokens
+        "orch": (1, 100), "sub": (2, 20), "unknown": (1, 7)}
+
+
+# -- usage of models that name no model, and spec warnings -----------------------------------------
+
+
+def _nameless_model(replies: list[str]):
+    """A user-written chat model: every reply carries ``usage_metadata`` but no ``model_name``."""
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+
+    class NamelessUsageModel(BaseChatModel):
+        script: list[str]
+
+        @property
+        def _llm_type(self) -> str:
+            return "nameless-test"
+
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            text = self.script[0] if len(self.script) == 1 else self.script.pop(0)
+            usage = {"input_tokens": 11, "output_tokens": 5, "total_tokens": 16}
+            return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text, usage_metadata=usage))])
+
+    return NamelessUsageModel(script=list(replies))
+
+
+async def test_tokens_of_replies_without_a_model_name_are_counted():
+    outcome = await Orchestra(_nameless_model([DIAMOND]), _nameless_model([cot_reply("7")]), constrained=False).arun("q")
+    assert outcome.ok
+    calls = 1 + DIAMOND_SUBAGENT_CALLS
+    usage = outcome.usage
+    assert (usage.input_tokens, usage.output_tokens, usage.total_tokens) == (11 * calls, 5 * calls, 16 * calls)
+    assert set(usage.by_model) == {"unknown"}
+    unknown = usage.by_model["unknown"]
+    assert (unknown.calls, unknown.input_tokens, unknown.output_tokens) == (calls, 11 * calls, 5 * calls)
+
+
+LOW_WITH_COMMENTARY = (
+    "<thinking>Delegate it.</thinking><agent><agent_name>CoTAgent</agent_name><required_arguments>"
+    "<agent_input>\"\"</agent_input></required_arguments><agent_output_id>c</agent_output_id></agent>"
+    "<answer>c</answer>\nExplanation: one solver.\n<agent><agent_name>SCAgent</agent_name></agent><answer>9</answer>"
+)
+
+
+async def test_outcome_counts_spec_warnings_and_strict_refuses_them():
+    orchestra = Orchestra(ScriptedChatModel(replies=[LOW_WITH_COMMENTARY]), ScriptedChatModel(replies=[cot_reply("7")]),
+                          dom="low", constrained=False)
+    outcome = await orchestra.arun("q")
+    assert outcome.ok and outcome.answer == "7"
+    assert outcome.spec_warnings == {"quoted_empty_input": 1, "ignored_after_plan": 1}
+    assert Outcome.model_validate_json(outcome.model_dump_json()).spec_warnings == outcome.spec_warnings
+    strict = Orchestra(ScriptedChatModel(replies=[LOW_WITH_COMMENTARY]), ScriptedChatModel(replies=[cot_reply("7")]),
+                       dom="low", constrained=False, strict=True)
+    refused = await strict.arun("q")
+    assert refused.status is Status.INVALID_SPEC and refused.spec_warnings == {}
+    assert "[ignored_after_plan]" in refused.error and "[quoted_empty_input]" in refused.error

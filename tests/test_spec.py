@@ -45,7 +45,6 @@ def test_valid_diamond_sets_sink_and_canonical_kinds():
         ({"nodes": [node("question")]}, "id is reserved"),
         ({"nodes": [node("A"), node("B")], "edges": edges("A>Z")}, "edge 1 (A -> Z): <to> names undeclared agent 'Z'"),
         ({"nodes": [node("A"), node("B")], "edges": edges("A>A", "A>B")}, "edge 1 (A -> A): self-loop"),
-        ({"nodes": [node("A"), node("B")], "edges": edges("A>B", "A>B")}, "edge 2 (A -> B): duplicate edge"),
         ({"nodes": [node("A"), node("B"), node("C")], "edges": edges("A>B", "B>C", "C>A")}, "cycle: A -> B -> C -> A"),
         ({"nodes": [node("A"), node("B"), node("C")], "edges": edges("A>B", "A>C")}, "exactly one sink"),
         ({"nodes": [node("A"), node("B")]}, "2 agents but no edges"),
@@ -66,6 +65,20 @@ def test_valid_diamond_sets_sink_and_canonical_kinds():
 def test_each_rule_reports_what_and_where(data, expected):
     problems = problems_of(data)
     assert any(expected in p for p in problems), problems
+
+
+def test_duplicate_edge_is_kept_once_with_a_warning():
+    from mas_orchestra.spec import parse_spec, spec_from_data
+
+    data = {"nodes": [node("A"), node("B")], "edges": edges("A>B", "A>B")}
+    spec = spec_from_data(data)
+    assert [(e.source, e.target) for e in spec.edges] == [("A", "B")]
+    assert [(w.kind, w.location) for w in spec.warnings] == [("duplicate_edge", "edge 2")]
+    # warnings travel with the JSON form; the spec's identity (hash) is the graph alone
+    again = parse_spec(spec.model_dump_json())
+    assert again.warnings == spec.warnings and again.spec_hash() == spec_from_data({**data, "edges": edges("A>B")}).spec_hash()
+    with pytest.raises(SpecError, match="duplicate_edge"):
+        parse_spec(json.dumps(data), strict=True)
 
 
 def test_all_problems_reported_not_just_the_first():

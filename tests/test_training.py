@@ -200,6 +200,34 @@ def test_summarize_keys_are_stable_even_when_empty():
     assert {f"status/{s}" for s in STATUSES} <= keys and "valid_spec_rate" in keys
 
 
+def test_spec_warning_rates_strict_and_the_whole_response_fallback():
+    from mas_orchestra.spec import WARNING_KINDS
+
+    messy = COT1 + "\nExplanation: one agent is enough.\n<answer>4</answer>"
+    boxed = "Two plus two is \\boxed{4}."
+    model = ScriptedChatModel(replies=[cot_reply("4")])
+    reward = make_outcome_reward(subagent=model, dom="high")
+    assert run(reward, [messy, boxed, COT1], [["4"]] * 3) == [1.0, 0.0, 1.0]
+    m = reward.last_batch["metrics"]
+    assert {f"spec_warnings/{k}" for k in WARNING_KINDS} <= set(m)
+    assert m["spec_warnings/ignored_after_plan"] == pytest.approx(1 / 3) and m["spec_warnings/duplicate_edge"] == 0.0
+    assert reward.last_batch["records"][0].spec_warnings == {"ignored_after_plan": 1}
+    strict = make_outcome_reward(subagent=model, strict=True)
+    assert run(strict, [messy, COT1], [["4"]] * 2) == [0.0, 1.0]
+    assert "ignored_after_plan" in strict.last_batch["records"][0].error
+    fallback = make_outcome_reward(subagent=model, whole_response_fallback=True)
+    assert run(fallback, [boxed, "no answer here"], [["4"]] * 2) == [1.0, 0.0]
+    records = fallback.last_batch["records"]
+    assert records[0].whole_response and records[0].status == "invalid_spec" and records[0].correct
+    assert fallback.last_batch["metrics"]["whole_response_rate"] == pytest.approx(1.0)
+
+
+def test_config_strict_and_prompt_fields():
+    cfg = parse_config(["--strict", "--prompt", "prompts-original"])
+    assert cfg.strict is True and cfg.prompt == "prompts-original"
+    assert parse_config([]).strict is False and parse_config([]).prompt is None
+
+
 def test_reward_is_an_async_callable_trl_recognises():
     reward = make_outcome_reward(subagent="scripted:4")
     assert reward.__name__ == "outcome_reward"

@@ -70,6 +70,10 @@ class OrchestraGRPOConfig:
     limit: int | None = field(default=None, metadata=_help("keep only the first N rows of the dataset"))
     grader: str = field(default="math", metadata=_help(f"answer grading: {' | '.join(VALID_KINDS)}"))
     judge: str | None = field(default=None, metadata=_help("judge model string for --grader judge"))
+    strict: bool = field(default=False, metadata=_help(
+        "read orchestrations strictly: any leniency (spec warning) makes a completion invalid_spec (reward 0)"))
+    prompt: str | None = field(default=None, metadata=_help(
+        "orchestrator prompt template folder (see mas_orchestra.prompt_templates; default: ours)"))
     reward_concurrency: int = field(default=128, metadata=_help(
         "multi-agent systems executed at once per process (the paper ran 128 at once)"))
     reward_timeout: float = field(default=60.0, metadata=_help(

@@ -220,15 +220,19 @@ def load_rows(spec: str, *, limit: int | None = None) -> list[dict[str, Any]]:
 
 
 def to_trl_rows(
-    rows: Iterable[Mapping[str, Any]], dom: str = "high", *, registry: AgentRegistry | None = None
+    rows: Iterable[Mapping[str, Any]], dom: str = "high", *, registry: AgentRegistry | None = None,
+    prompt: str | None = None,
 ) -> list[dict[str, Any]]:
-    """TRL rows: the orchestrator prompt as chat messages plus the columns the reward reads."""
+    """TRL rows: the orchestrator prompt as chat messages plus the columns the reward reads (``prompt``: a
+    template folder, see :mod:`mas_orchestra.prompt_templates`; None: ours)."""
     registry = registry or default_registry.without_search()
     out = []
     for row in rows:
-        prompt = row.get("prompt") or orchestrator_messages(row["question"], dom, registry=registry)  # type: ignore[arg-type]
+        messages = row.get("prompt") or orchestrator_messages(
+            row["question"], dom, registry=registry, prompt=prompt  # type: ignore[arg-type]
+        )
         out.append({
-            "prompt": [dict(m) for m in prompt],
+            "prompt": [dict(m) for m in messages],
             "question": row["question"],
             "answer": list(row["answer"]),
             "id": str(row["id"]),
@@ -238,12 +242,13 @@ def to_trl_rows(
 
 
 def build_dataset(
-    spec: str, dom: str = "high", *, registry: AgentRegistry | None = None, limit: int | None = None
+    spec: str, dom: str = "high", *, registry: AgentRegistry | None = None, limit: int | None = None,
+    prompt: str | None = None,
 ) -> Any:
-    """A ``datasets.Dataset`` of TRL rows for a dataset spec string."""
+    """A ``datasets.Dataset`` of TRL rows for a dataset spec string (``prompt``: the template folder)."""
     from datasets import Dataset
 
-    return Dataset.from_list(to_trl_rows(load_rows(spec, limit=limit), dom, registry=registry))
+    return Dataset.from_list(to_trl_rows(load_rows(spec, limit=limit), dom, registry=registry, prompt=prompt))
 
 
 def filter_long_prompts(dataset: Any, tokenizer: Any, max_prompt_length: int | None) -> Any:

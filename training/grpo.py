@@ -241,7 +241,7 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         final_answer_weight=cfg.final_answer_weight, execution_success_weight=cfg.execution_success_weight,
         max_concurrency=cfg.reward_concurrency, timeout=cfg.reward_timeout, max_retries=cfg.max_retries,
         registry=registry, cost_metric=cfg.cost_metric, call_timeout=cfg.call_timeout, judge=cfg.judge,
-        constrained=None if cfg.constrained else False,
+        constrained=None if cfg.constrained else False, strict=cfg.strict,
     )
     reward = make_outcome_reward(**reward_kwargs)
     constraint = _orchestration_constraint(cfg, registry) if cfg.constrained else None
@@ -249,7 +249,8 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     dataset = filter_long_prompts(
-        build_dataset(cfg.dataset, cfg.dom, registry=registry, limit=cfg.limit), tokenizer, cfg.max_prompt_length
+        build_dataset(cfg.dataset, cfg.dom, registry=registry, limit=cfg.limit, prompt=cfg.prompt),
+        tokenizer, cfg.max_prompt_length,
     )
     args = build_grpo_config(cfg, cuda=cuda, bf16_ok=bf16_ok, constraint=constraint)
     peft_config = LoraConfig(

@@ -51,9 +51,9 @@ from mas_orchestra.bench.grading import VALID_KINDS, agrade
 from mas_orchestra.errors import SpecError
 from mas_orchestra.models import resolve_model
 from mas_orchestra.registry import AgentRegistry, offered_registry
-from mas_orchestra.runtime import Status, execute_spec
+from mas_orchestra.runtime import Status, execute_spec, whole_response_answer
 from mas_orchestra.settings import RunSettings
-from mas_orchestra.spec import check_dom, parse_orchestration
+from mas_orchestra.spec import WARNING_KINDS, check_dom, count_warnings, parse_orchestration
 
 __all__ = [
     "COST_METRICS",
@@ -104,6 +104,10 @@ class RolloutRecord:
     #: The question and the completion as sampled (what ``rollouts.jsonl`` keeps for inspection).
     question: str = ""
     completion: str = ""
+    #: Leniencies the parser applied to the completion, by kind (see ``mas_orchestra.spec.SpecWarning``).
+    spec_warnings: dict[str, int] = field(default_factory=dict)
+    #: True when the answer graded was the whole completion (``whole_response_fallback``).
+    whole_response: bool = False
 
     @property
     def valid(self) -> bool:
@@ -167,7 +171,9 @@ def summarize(records: Sequence[RolloutRecord], kinds: Sequence[str] = ()) -> di
       ``subagent_calls``, ``subagent_tokens``, ``subagent_cost_usd`` (means per spec);
     - ``agent_share/<kind>`` for each kind in ``kinds`` (and any other kind seen): that kind's share of all
       agent nodes in the valid specs;
-    - ``outcome_reward/mean``, ``outcome_reward/std`` (population std), ``rollout_wall_s/mean`` and ``/max``.
+    - ``outcome_reward/mean``, ``outcome_reward/std`` (population std), ``rollout_wall_s/mean`` and ``/max``;
+    - ``spec_warnings/<kind>`` for each of :data:`~mas_orchestra.spec.WARNING_KINDS`: share of all completions
+      whose reading needed that leniency; ``whole_response_rate``: completions graded on their whole text.
     """
     n = len(records)
     statuses = Counter(r.status for r in records)
@@ -195,6 +201,9 @@ def summarize(records: Sequence[RolloutRecord], kinds: Sequence[str] = ()) -> di
     out["outcome_reward/std"] = statistics.pstdev(rewards) if n > 1 else 0.0
     out["rollout_wall_s/mean"] = _mean([r.wall_s for r in records])
     out["rollout_wall_s/max"] = max((r.wall_s for r in records), default=0.0)
+    for kind in WARNING_KINDS:
+        out[f"spec_warnings/{kind}"] = sum(kind in r.spec_warnings for r in records) / n if n else 0.0
+    out["whole_response_rate"] = sum(r.whole_response for r in records) / n if n else 0.0
     return out
 
 
@@ -229,6 +238,8 @@ class OutcomeReward:
         retry_initial_delay: float = 1.0,
         constrained: Any = None,
         settings: RunSettings | None = None,
+        strict: bool = False,
+        whole_response_fallback: bool = False,
     ) -> None:
         self.dom = check_dom(dom)
         if grader not in VALID_KINDS:
@@ -257,6 +268,8 @@ class OutcomeReward:
         self.max_concurrency = max_concurrency
         self.grade_timeout = grade_timeout
         self.constrained = constrained
+        self.strict = bool(strict)
+        self.whole_response_fallback = bool(whole_response_fallback)
         self.last_batch: dict[str, Any] | None = None
         self.history: list[dict[str, float]] = []
         self.calls = 0
@@ -322,10 +335,21 @@ class OutcomeReward:
         record.question, record.completion = str(question), text
         truths = _truths(truth)
         try:
-            spec = parse_orchestration(text, dom=self.dom, registry=self.registry)
+            spec = parse_orchestration(text, dom=self.dom, registry=self.registry, strict=self.strict)
         except SpecError as exc:
             record.status, record.error = Status.INVALID_SPEC.value, str(exc)
+            fallback = (
+                whole_response_answer(record.status, record.error, text) if self.whole_response_fallback else None
+            )
+            if fallback is not None:  # the original reward graded such a completion as a direct answer
+                record.whole_response = True
+                record.correct = bool(
+                    await agrade(fallback, truths, self.grader, question=str(question), judge=self.judge,
+                                 timeout=self.grade_timeout)
+                )
+                record.reward = self.final_answer_weight if record.correct else 0.0
             return
+        record.spec_warnings = count_warnings(spec.warnings)
         record.agents = len(spec.nodes)
         record.agent_counts = spec.agent_counts()
         outcome = await execute_spec(
@@ -413,7 +437,10 @@ def make_outcome_reward(
     model for ``grader="judge"``), ``retry_initial_delay``, ``constrained`` (sub-agent replies under the reply
     grammar, as :class:`mas_orchestra.Orchestra` takes it; None: on for local models), ``settings`` (a
     :class:`~mas_orchestra.settings.RunSettings` for each MAS; ``timeout``, ``max_retries``, ``call_timeout``,
-    ``graph_concurrency`` and ``retry_initial_delay`` override its fields).
+    ``graph_concurrency`` and ``retry_initial_delay`` override its fields), ``strict`` (any parser leniency
+    makes a completion ``invalid_spec``, reward 0), ``whole_response_fallback`` (the original reward's
+    behaviour: a completion with no agent and no ``<answer>`` is graded as a direct answer on its whole text;
+    off by default).
     """
     return OutcomeReward(
         subagent=subagent, dom=dom, grader=grader, search=search, cost_weight=cost_weight,

@@ -11,7 +11,7 @@
 
 from mas_orchestra.runtime.execute import execute_spec
 from mas_orchestra.runtime.orchestra import DEFAULT_CONSTRAINED_MAX_TOKENS, Orchestra
-from mas_orchestra.runtime.outcome import Outcome
+from mas_orchestra.runtime.outcome import Outcome, whole_response_answer
 from mas_orchestra.status import Status
 
-__all__ = ["DEFAULT_CONSTRAINED_MAX_TOKENS", "Orchestra", "Outcome", "Status", "execute_spec"]
+__all__ = ["DEFAULT_CONSTRAINED_MAX_TOKENS", "Orchestra", "Outcome", "Status", "execute_spec", "whole_response_answer"]

@@ -7,7 +7,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_cli", "add_constrained_flag", "format_outcome"]
+__all__ = ["add_cli", "add_constrained_flag", "add_fidelity_flags", "format_outcome"]
+
+
+def add_fidelity_flags(parser: argparse.ArgumentParser) -> None:
+    """``--strict`` and ``--prompt DIR``: how orchestrations are read, and the orchestrator's prompt template."""
+    parser.add_argument("--strict", action="store_true",
+                        help="any leniency in reading an orchestration (spec warnings) makes it invalid_spec")
+    parser.add_argument("--prompt", default=None, metavar="DIR",
+                        help="orchestrator prompt template folder (system.txt, user.txt, second_user.txt, or "
+                        "high/ and low/ sub-folders; default: ours)")
 
 
 def add_constrained_flag(parser: argparse.ArgumentParser) -> None:
@@ -123,6 +132,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             timeout=args.timeout, call_timeout=args.call_timeout, max_retries=args.max_retries,
             max_concurrency=args.concurrency, orchestrator_temperature=args.temperature,
             orchestrator_max_tokens=args.max_tokens, requests_per_second=args.rps, constrained=args.constrained,
+            strict=args.strict, prompt=args.prompt,
             **_checkpoint_options(args),
         )
         thread = _thread_options(args)
@@ -169,6 +179,7 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--max-tokens", type=int, default=None, help="orchestrator max new tokens")
     p.add_argument("--rps", type=float, default=None, help="rate limit for API models, requests per second")
     add_constrained_flag(p)
+    add_fidelity_flags(p)
     p.add_argument("--json", action="store_true", help="print the Outcome as JSON")
     p.add_argument("--thread", default=None, metavar="ID",
                    help="run on checkpointed thread ID; an unfinished thread resumes where it stopped")

@@ -13,10 +13,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from langchain_core.callbacks.manager import AsyncCallbackManager
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
-from agents.base import message_text
+from agents.base import message_text, model_name_of
 from mas_orchestra.errors import SpecError
 from mas_orchestra.models import resolve_model, with_transient_retry
 from mas_orchestra.models.constraints import (
@@ -26,7 +26,8 @@ from mas_orchestra.models.constraints import (
     constraint_mode,
     reply_constrainer,
 )
-from mas_orchestra.prompts import orchestrator_prompt
+from mas_orchestra.prompt_templates import PromptTemplate, load_template
+from mas_orchestra.prompts import orchestrator_messages
 from mas_orchestra.registry import AgentRegistry, offered_registry
 from mas_orchestra.runtime.execute import execute_events, with_deadline
 from mas_orchestra.runtime.outcome import Outcome, RunRecord
@@ -68,6 +69,11 @@ class Orchestra:
     ``False``: off; ``"auto"``: on where the backend can, off with a logged warning elsewhere.
     ``grammar_limits`` bounds what a constrained orchestration may contain (agents, text lengths).
 
+    ``prompt``: the orchestrator's prompt template, a folder of message files (see
+    :mod:`mas_orchestra.prompt_templates`; e.g. one written by ``scripts/convert_original_prompts.py`` to run a
+    released checkpoint on the prompts it was trained on); ``None`` is ours. ``strict``: any leniency the
+    parser would apply to the orchestration (``spec.warnings``) makes it ``invalid_spec`` instead.
+
     ``checkpointer``: any LangGraph checkpointer, a path to a SQLite file (opened for each run; needs the
     ``checkpoint`` extra) or a ``postgresql://`` URL (opened for each run, shared by any number of worker
     processes; needs the ``postgres`` extra; see :mod:`mas_orchestra.runtime.postgres`).
@@ -101,8 +107,12 @@ class Orchestra:
         requests_per_second: float | None = None,
         constrained: ConstrainedSetting = None,
         grammar_limits: GrammarLimits | None = None,
+        prompt: str | PromptTemplate | None = None,
+        strict: bool = False,
     ) -> None:
         self.dom: Dom = check_dom(dom)
+        self.strict = bool(strict)
+        self.prompt_template = load_template(prompt, self.dom)  # a bad folder raises PromptTemplateError here
         self.settings = RunSettings.of(
             settings, timeout=timeout, call_timeout=call_timeout, max_retries=max_retries,
             max_concurrency=max_concurrency, retry_initial_delay=retry_initial_delay,
@@ -146,8 +156,15 @@ class Orchestra:
     # -- public API ---------------------------------------------------------------------------
 
     def prompt(self, question: str) -> str:
-        """The orchestrator prompt for ``question``."""
-        return orchestrator_prompt(question, self.dom, registry=self.registry)
+        """The orchestrator prompt for ``question`` as one text (see :meth:`messages`)."""
+        return "\n\n".join(m["content"] for m in self.messages(question))
+
+    def messages(self, question: str) -> list[dict[str, str]]:
+        """The orchestrator's chat messages for ``question`` (from this Orchestra's prompt template)."""
+        return orchestrator_messages(
+            question, self.dom, registry=self.registry, prompt=self.prompt_template,
+            model=model_name_of(self.subagent),
+        )
 
     async def aorchestrate(self, question: str, *, callbacks: Any = None) -> str:
         """Only the orchestrator call: the raw orchestration text."""
@@ -156,12 +173,16 @@ class Orchestra:
             self._orchestrator_call, self.settings.max_retries, initial_delay=self.settings.retry_initial_delay
         )
         config: RunnableConfig = {"callbacks": callbacks, "tags": [ORCHESTRATOR_TAG], "run_name": "orchestrator"}
-        reply = await model.ainvoke([HumanMessage(content=self.prompt(question))], config, **self._orchestrator_kwargs)
+        messages = [
+            SystemMessage(content=m["content"]) if m["role"] == "system" else HumanMessage(content=m["content"])
+            for m in self.messages(question)
+        ]
+        reply = await model.ainvoke(messages, config, **self._orchestrator_kwargs)
         return message_text(reply)
 
     async def aplan(self, question: str) -> GraphSpec:
         """Orchestrate and parse: the spec the orchestrator wrote (raises SpecError if invalid)."""
-        return parse_orchestration(await self.aorchestrate(question), dom=self.dom, registry=self.registry)
+        return self.parse(await self.aorchestrate(question))
 
     def plan(self, question: str) -> GraphSpec:
         return run_sync(self.aplan(question))
@@ -234,8 +255,8 @@ class Orchestra:
                 await root.on_chain_error(asyncio.CancelledError("stream closed before the run ended"))
 
     def parse(self, text: str) -> GraphSpec:
-        """Parse and validate orchestration text the way this Orchestra does (its DoM and registry)."""
-        return parse_orchestration(text, dom=self.dom, registry=self.registry)
+        """Parse and validate orchestration text the way this Orchestra does (its DoM, registry, strictness)."""
+        return parse_orchestration(text, dom=self.dom, registry=self.registry, strict=self.strict)
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -256,7 +277,7 @@ class Orchestra:
             return
         yield {"type": "orchestration", "text": run.orchestration}
         try:
-            run.spec = parse_orchestration(run.orchestration, dom=self.dom, registry=self.registry)
+            run.spec = self.parse(run.orchestration)
         except SpecError as exc:
             yield {"type": "outcome", "outcome": run.outcome(Status.INVALID_SPEC, error=str(exc))}
             return

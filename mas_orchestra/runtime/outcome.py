@@ -14,10 +14,11 @@ from pydantic import BaseModel, Field, field_validator
 
 from agents.base import AgentResult
 from mas_orchestra.runtime.usage import RunUsage, UsageCallback
-from mas_orchestra.spec import GraphSpec
+from mas_orchestra.spec import GraphSpec, count_warnings
+from mas_orchestra.spec.xml_format import NO_ORCHESTRATION
 from mas_orchestra.status import Status
 
-__all__ = ["Outcome", "RunRecord", "Status", "node_events"]
+__all__ = ["Outcome", "RunRecord", "Status", "node_events", "whole_response_answer"]
 
 
 class Outcome(BaseModel):
@@ -48,11 +49,29 @@ class Outcome(BaseModel):
         return self.status is Status.OK
 
     @property
+    def spec_warnings(self) -> dict[str, int]:
+        """How many leniencies of each kind reading the orchestration needed (``{}`` for a clean text or no
+        spec); see :class:`~mas_orchestra.spec.SpecWarning`."""
+        return count_warnings(self.spec.warnings) if self.spec is not None else {}
+
+    @property
     def valid(self) -> bool:
         """The orchestration parsed, validated and compiled (whatever happened when it ran)."""
         return self.status in (Status.OK, Status.EXEC_ERROR, Status.TIMEOUT) and self.spec is not None
 
 
+
+
+def whole_response_answer(status: Status | str, error: str | None, orchestration: str) -> str | None:
+    """The original reward's fallback: an orchestration with no agent and no ``<answer>`` is graded as a
+    direct answer, the whole response being the answer (so a ``\\boxed{}`` in it can still score).
+
+    Returns the text to grade for such a run, ``None`` for any other (off by default in eval and training:
+    ``whole_response_fallback=True`` turns it on)."""
+    invalid = status in (Status.INVALID_SPEC, Status.INVALID_SPEC.value)
+    if invalid and error and error.startswith(NO_ORCHESTRATION) and orchestration.strip():
+        return orchestration
+    return None
 
 
 class RunRecord:

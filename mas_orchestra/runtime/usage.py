@@ -1,7 +1,8 @@
 """Run accounting: LLM calls and tokens from callbacks (so failed and timed-out runs count too).
 
-Tokens per model come from langchain-core's ``UsageMetadataCallbackHandler``; the calls, failed calls and
-format re-asks, the cost and the wall time are counted here (see :class:`UsageCallback` for why).
+Tokens per model are every reply's ``usage_metadata``, summed per model name (``unknown`` for a reply that
+names none); the calls, failed calls and format re-asks, the cost and the wall time are counted alongside
+(see :class:`UsageCallback`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import threading
 from typing import Any
 
 from langchain_core.callbacks import UsageMetadataCallbackHandler
+from langchain_core.messages.ai import UsageMetadata, add_usage
 from langchain_core.outputs import LLMResult
 from pydantic import BaseModel, Field
 
@@ -43,15 +45,14 @@ class RunUsage(BaseModel):
 
 
 class UsageCallback(UsageMetadataCallbackHandler):
-    """Counts every chat-model call of a run; the tokens per model are langchain-core's count.
+    """Counts every chat-model call of a run and the tokens of every reply.
 
-    Why a subclass of :class:`~langchain_core.callbacks.UsageMetadataCallbackHandler` and not the handler
-    alone: the handler sums each reply's ``usage_metadata`` per ``response_metadata["model_name"]`` — exactly
-    the run's token counts, so they are taken from it — but it counts no calls (in total, per model,
-    orchestrator vs sub-agents), no failed calls and no format re-asks (those are tags of a call), and it
-    knows no prices or wall time; those are counted here. A reply that names no model is skipped by the
-    handler: its call counts under ``unknown`` with no tokens (every chat model this project resolves names
-    its model).
+    A subclass of :class:`~langchain_core.callbacks.UsageMetadataCallbackHandler` (``usage_metadata`` holds
+    the tokens per model, as there), but ``on_llm_end`` is our own: the handler skips any reply whose
+    ``response_metadata`` has no ``model_name`` — every user-written or ``python:`` chat model — so its
+    tokens would count as 0. Here each reply's ``usage_metadata`` is added under its model name, or under
+    ``unknown``. Calls (in total, per model, orchestrator vs sub-agents), failed calls and format re-asks
+    (tags of a call) are counted too; prices and wall time come in :meth:`snapshot`.
     """
 
     run_inline = True  # count synchronously, in the order calls finish
@@ -62,9 +63,13 @@ class UsageCallback(UsageMetadataCallbackHandler):
         self._calls = RunUsage()  # calls only; tokens live in self.usage_metadata
 
     def on_llm_end(self, response: LLMResult, **kwargs: Any) -> None:
-        super().on_llm_end(response, **kwargs)
         tags = kwargs.get("tags")
         name = _model_name(response) or "unknown"
+        replies = [u for u in (_reply_usage(g) for gens in response.generations for g in gens) if u]
+        with self._lock:  # the handler's lock over usage_metadata
+            for used in replies:
+                known = self.usage_metadata.get(name)
+                self.usage_metadata[name] = add_usage(known, used) if known is not None else used
         with self._calls_lock:
             calls = self._calls
             calls.llm_calls += 1
@@ -95,6 +100,12 @@ class UsageCallback(UsageMetadataCallbackHandler):
         usage.cost_usd, usage.unpriced_models = cost_usd(usage.by_model)
         usage.wall_s = wall_s
         return usage
+
+
+def _reply_usage(generation: Any) -> UsageMetadata | None:
+    """The ``usage_metadata`` of one generated reply (None for a text completion or a reply without it)."""
+    message = getattr(generation, "message", None)
+    return getattr(message, "usage_metadata", None) or None
 
 
 def _model_name(response: LLMResult) -> str | None:

@@ -20,6 +20,7 @@ __all__ = [
     "MAX_THINKING_CHARS",
     "PLACEHOLDER_RE",
     "RESERVED_IDS",
+    "THINKING_CLOSE_RE",
     "Dom",
     "check_dom",
     "references",
@@ -29,8 +30,8 @@ MAX_NODES = 256
 MAX_INPUT_CHARS = 20_000
 MAX_DESCRIPTION_CHARS = 2_000
 MAX_THINKING_CHARS = 200_000
-#: The longest orchestration (or JSON spec) text any parser reads.
-MAX_TEXT_CHARS = 1_000_000
+#: The longest orchestration (or JSON spec) text any parser reads (a 10,000-block degenerate loop fits).
+MAX_TEXT_CHARS = 4_000_000
 ID_RE = re.compile(r"[A-Za-z0-9_]{1,64}")
 PLACEHOLDER_RE = re.compile(r"\$\{\s*([^{}\s]*)\s*\}")
 # State keys of the compiled graph; LangGraph forbids node names equal to them.
@@ -41,6 +42,9 @@ MARKUP_RE = re.compile(
     r"debate_roles|edge|from|to|agent_output_id|answer|thinking)\s*>",
     re.I,
 )
+
+# The one tag thinking may not contain: it would end the thinking early when the spec is written as text.
+THINKING_CLOSE_RE = re.compile(r"<\s*/\s*thinking\s*>", re.I)
 
 
 def references(text: str) -> list[str]:

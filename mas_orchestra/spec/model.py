@@ -29,6 +29,7 @@ from mas_orchestra.spec.limits import (
     check_dom,
 )
 from mas_orchestra.spec.validation import check_spec, problems_of, topological_order
+from mas_orchestra.spec.warnings import SpecWarning, raise_if_strict
 from mas_orchestra.spec.xml_format import detect_dom, read_orchestration, spec_to_xml
 
 __all__ = ["AgentNode", "Edge", "GraphSpec", "parse_orchestration", "parse_spec", "spec_from_data"]
@@ -76,6 +77,10 @@ class GraphSpec(BaseModel):
     )
     thinking: str = Field("", max_length=MAX_THINKING_CHARS)
     dom: Dom = Field("high", description="Degree of MAS the spec was written for.")
+    warnings: list[SpecWarning] = Field(
+        default_factory=list,
+        description="Leniencies applied while reading the text (filled by the parser; not part of the graph).",
+    )
 
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> GraphSpec:
@@ -111,8 +116,11 @@ class GraphSpec(BaseModel):
         return out
 
     def spec_hash(self) -> str:
-        """Stable short hash of the structure (nodes, edges, parameters), for tracing metadata."""
-        payload = self.model_dump(exclude={"thinking"})
+        """Stable short hash of the structure (nodes, edges, parameters), for tracing metadata.
+
+        ``thinking`` and ``warnings`` are left out: the same graph read from a clean text and from a messy
+        one is the same system (and a checkpointed thread resumes it as such)."""
+        payload = self.model_dump(exclude={"thinking", "warnings"})
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
     def agent_counts(self) -> dict[str, int]:
@@ -142,23 +150,27 @@ class GraphSpec(BaseModel):
         return "\n".join(lines)
 
     @classmethod
-    def from_text(cls, text: str, *, dom: Dom | None = None, registry: AgentRegistry | None = None) -> GraphSpec:
+    def from_text(
+        cls, text: str, *, dom: Dom | None = None, registry: AgentRegistry | None = None, strict: bool = False
+    ) -> GraphSpec:
         """Parse JSON (our schema) or the orchestration text format, whichever ``text`` is.
 
         Without ``dom``, text with an ``<agent_output_id>`` and no ``<agent_id>`` is read as low DoM.
         ``registry`` (default: the default registry) says which agent kinds and parameter tags exist, so a
         spec naming a user-registered kind loads with the registry that kind was registered in.
+        ``strict``: any leniency (see :attr:`warnings`) is a :class:`SpecError`.
         """
         if text.lstrip().startswith("{"):
-            return parse_spec(text, registry=registry, dom=dom)  # dom: for JSON that states none
-        return parse_orchestration(text, dom=dom or detect_dom(text), registry=registry)
+            return parse_spec(text, registry=registry, dom=dom, strict=strict)  # dom: for JSON that states none
+        return parse_orchestration(text, dom=dom or detect_dom(text), registry=registry, strict=strict)
 
     @classmethod
     def from_file(
-        cls, path: str | Path, *, dom: Dom | None = None, registry: AgentRegistry | None = None
+        cls, path: str | Path, *, dom: Dom | None = None, registry: AgentRegistry | None = None,
+        strict: bool = False,
     ) -> GraphSpec:
         """Read a spec from a ``.json`` or orchestration-text (``.xml``/``.txt``) file (see :meth:`from_text`)."""
-        return cls.from_text(Path(path).read_text(encoding="utf-8"), dom=dom, registry=registry)
+        return cls.from_text(Path(path).read_text(encoding="utf-8"), dom=dom, registry=registry, strict=strict)
 
     def to_file(self, path: str | Path, *, registry: AgentRegistry | None = None) -> Path:
         """Write JSON for ``.json`` paths, the orchestration text otherwise (rendered with ``registry``)."""
@@ -180,20 +192,30 @@ def spec_from_data(data: Any, *, registry: AgentRegistry | None = None) -> Graph
         raise SpecError("spec is nested too deeply") from None
 
 
-def parse_spec(text: str | bytes, *, registry: AgentRegistry | None = None, dom: Dom | None = None) -> GraphSpec:
+def parse_spec(
+    text: str | bytes, *, registry: AgentRegistry | None = None, dom: Dom | None = None, strict: bool = False
+) -> GraphSpec:
     """Parse our JSON spec format; every failure is a :class:`SpecError`. ``dom``: the DoM of a spec that
-    does not state one (default: the schema's, high)."""
-    return spec_from_data(read_json_spec(text, dom=dom), registry=registry)
+    does not state one (default: the schema's, high). ``strict``: a leniency (a duplicated edge) is an error."""
+    spec = spec_from_data(read_json_spec(text, dom=dom), registry=registry)
+    raise_if_strict(spec.warnings, strict)
+    return spec
 
 
-def parse_orchestration(text: str, dom: Dom = "high", *, registry: AgentRegistry | None = None) -> GraphSpec:
-    """Parse orchestration text (DESIGN §3) into a validated :class:`GraphSpec`.
+def parse_orchestration(
+    text: str, dom: Dom = "high", *, registry: AgentRegistry | None = None, strict: bool = False
+) -> GraphSpec:
+    """Parse orchestration text (DESIGN §3, §11) into a validated :class:`GraphSpec`.
 
-    Text that is one JSON object is read as our JSON spec form (what an orchestrator constrained by a JSON
-    schema writes), with ``dom`` as its default DoM.
+    Reads real orchestrator output the way the original system did: the first complete orchestration is
+    the plan, and each leniency applied is recorded in ``spec.warnings`` (:class:`SpecWarning`). With
+    ``strict=True`` any such leniency raises instead. Text that is one JSON object is read as our JSON spec
+    form (what an orchestrator constrained by a JSON schema writes), with ``dom`` as its default DoM.
 
     Raises :class:`SpecError` — and only that — for anything malformed or invalid, listing every
     problem found.
     """
     registry = registry or default_registry
-    return spec_from_data(read_orchestration(text, check_dom(dom), registry=registry), registry=registry)
+    spec = spec_from_data(read_orchestration(text, check_dom(dom), registry=registry), registry=registry)
+    raise_if_strict(spec.warnings, strict)
+    return spec

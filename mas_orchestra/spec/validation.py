@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from mas_orchestra.registry import AgentRegistry
-from mas_orchestra.spec.limits import ID_RE, MARKUP_RE, RESERVED_IDS, references
+from mas_orchestra.spec.limits import ID_RE, MARKUP_RE, RESERVED_IDS, THINKING_CLOSE_RE, references
+from mas_orchestra.spec.warnings import SpecWarning
 
 if TYPE_CHECKING:
     from mas_orchestra.spec.model import GraphSpec
@@ -108,10 +109,12 @@ def check_spec(spec: GraphSpec, registry: AgentRegistry) -> list[str]:
             marked = MARKUP_RE.search(getattr(node, field_name))
             if marked:
                 problems.append(f"{where}: {field_name} contains orchestration markup {marked.group(0)!r}")
-    for text, where in ((spec.thinking, "thinking"), (spec.direct_answer or "", "answer")):
-        marked = MARKUP_RE.search(text)
-        if marked:
-            problems.append(f"{where}: contains orchestration markup {marked.group(0)!r}")
+    # Tags mentioned in thinking are prose (the reader skips them); only a closing tag would end it early.
+    if THINKING_CLOSE_RE.search(spec.thinking):
+        problems.append("thinking: contains '</thinking>', which would end it early; remove it")
+    marked = MARKUP_RE.search(spec.direct_answer or "")
+    if marked:
+        problems.append(f"answer: contains orchestration markup {marked.group(0)!r}")
 
     if not spec.nodes:
         if spec.direct_answer is None:
@@ -130,7 +133,7 @@ def check_spec(spec: GraphSpec, registry: AgentRegistry) -> list[str]:
             problems.append("low DoM allows no edges")
 
     known = set(ids)
-    pairs: set[tuple[str, str]] = set()
+    _drop_duplicate_edges(spec)
     for i, e in enumerate(spec.edges, 1):
         where = f"edge {i} ({e.source} -> {e.target})"
         for end, value in (("from", e.source), ("to", e.target)):
@@ -138,9 +141,6 @@ def check_spec(spec: GraphSpec, registry: AgentRegistry) -> list[str]:
                 problems.append(f"{where}: <{end}> names undeclared agent {value!r}")
         if e.source == e.target:
             problems.append(f"{where}: self-loop")
-        if (e.source, e.target) in pairs:
-            problems.append(f"{where}: duplicate edge")
-        pairs.add((e.source, e.target))
     if len(spec.nodes) > 1 and not spec.edges:
         problems.append(f"{len(spec.nodes)} agents but no edges: connect them into one graph with one sink")
         return problems
@@ -174,6 +174,22 @@ def check_spec(spec: GraphSpec, registry: AgentRegistry) -> list[str]:
                     f"add <from>{ref}</from><to>{node.id}</to>"
                 )
     return problems
+
+
+def _drop_duplicate_edges(spec: GraphSpec) -> None:
+    """Keep each edge once: a repeated edge is a harmless redundancy, recorded as a warning."""
+    seen: set[tuple[str, str]] = set()
+    kept = []
+    for i, e in enumerate(spec.edges, 1):
+        if (e.source, e.target) in seen:
+            spec.warnings.append(SpecWarning(
+                kind="duplicate_edge", location=f"edge {i}", message=f"{e.source} -> {e.target} listed again; kept once"
+            ))
+            continue
+        seen.add((e.source, e.target))
+        kept.append(e)
+    if len(kept) != len(spec.edges):
+        spec.edges = kept
 
 
 def problems_of(exc: ValidationError) -> list[str]:

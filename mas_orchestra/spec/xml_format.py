@@ -20,15 +20,22 @@ from typing import TYPE_CHECKING, Any
 from mas_orchestra.errors import SpecError
 from mas_orchestra.registry import AgentRegistry, default_registry
 from mas_orchestra.spec.json_format import read_json_spec
-from mas_orchestra.spec.limits import MAX_NODES, MAX_TEXT_CHARS, Dom
+from mas_orchestra.spec.limits import ID_RE, MARKUP_RE, MAX_NODES, MAX_TEXT_CHARS, Dom
+from mas_orchestra.spec.warnings import line_of
 
 if TYPE_CHECKING:
     from mas_orchestra.spec.model import GraphSpec
 
-__all__ = ["detect_dom", "read_orchestration", "spec_to_xml"]
+__all__ = ["NO_ORCHESTRATION", "detect_dom", "read_orchestration", "spec_to_xml"]
 
-_MAX_TAGS = 20_000
-_HARMONY_FINAL = "assistantfinal"
+#: How the problem of a text with no <agent> and no <answer> starts (the original's whole-response fallback
+#: grades such a text as a direct answer; see :func:`mas_orchestra.runtime.whole_response_answer`).
+NO_ORCHESTRATION = "no orchestration found"
+
+#: Bounds the tokeniser's memory; a 10,000-block degenerate loop (~120,000 tags) still reads.
+_MAX_TAGS = 250_000
+# The final-channel markers of harmony-style output: everything up to the last one is the analysis channel.
+_HARMONY_FINAL = re.compile(r"<\|assistant_final\|>|assistantfinal|assistant[ \t]final(?![a-z])", re.I)
 _TAG_RE = re.compile(r"<\s*(/?)\s*([A-Za-z_][A-Za-z0-9_]*)\s*>")
 _STRUCTURE_TAGS = frozenset({
     "thinking", "agent", "agent_id", "agent_name", "agent_description", "required_arguments",
@@ -37,7 +44,7 @@ _STRUCTURE_TAGS = frozenset({
 _AGENT_END = frozenset({"agent", "edge", "answer"})
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Tag:
     start: int
     end: int
@@ -46,15 +53,33 @@ class _Tag:
 
 
 class _Doc:
-    """Tokenised orchestration text: only tags the format knows count; any other ``<x>`` is text."""
+    """Tokenised orchestration text: only tags the format knows count; any other ``<x>`` is text.
+
+    Tags between the first ``<thinking>`` and its ``</thinking>`` are prose: they are dropped here (and
+    counted in ``prose_tags``), so a tag mentioned while thinking creates nothing.
+    """
 
     def __init__(self, text: str, known: frozenset[str]) -> None:
         self.text = text
-        self.tags = [
-            _Tag(m.start(), m.end(), m.group(2).lower(), bool(m.group(1)))
-            for m in _TAG_RE.finditer(text)
-            if m.group(2).lower() in known
-        ]
+        tags = []
+        for m in _TAG_RE.finditer(text):
+            closing, name = m.group(1, 2)
+            name = name.lower()
+            if name in known:
+                tags.append(_Tag(m.start(), m.end(), name, bool(closing)))
+        if len(tags) > _MAX_TAGS:
+            raise SpecError(f"orchestration has {len(tags):,} tags; the limit is {_MAX_TAGS:,}")
+        self.prose_tags = 0
+        first = next((i for i, t in enumerate(tags) if t.name == "thinking" and not t.closing), None)
+        if first is not None:
+            close = next(
+                (j for j in range(first + 1, len(tags)) if tags[j].name == "thinking" and tags[j].closing), None
+            )
+            if close is not None:
+                self.prose_tags = close - first - 1
+                tags = tags[: first + 1] + tags[close:]
+        self.tags = tags
+        self.starts = [t.start for t in tags]
 
         # Per-tag-name index of opening tags, so range look-ups stay logarithmic on big specs.
         self._opens: dict[str, tuple[list[int], list[int]]] = {}
@@ -69,17 +94,24 @@ class _Doc:
         starts, indices = self._opens.get(name, ([], []))
         return indices[bisect.bisect_left(starts, lo) : bisect.bisect_left(starts, hi)]
 
-    def content(self, index: int, hi: int, stop: frozenset[str] | None = None) -> tuple[str, int]:
-        """Text after tag ``index`` up to its close, else up to the next known (or ``stop``) tag, else ``hi``."""
+    def block(self, index: int, hi: int, stop: frozenset[str] | None = None) -> tuple[str, int, bool]:
+        """Text after tag ``index`` up to its close, else up to the next known (or ``stop``) tag, else ``hi``;
+        the end of what was read, and whether the tag was closed."""
         tag = self.tags[index]
-        for later in self.tags[index + 1 :]:
+        for j in range(index + 1, len(self.tags)):
+            later = self.tags[j]
             if later.start >= hi:
                 break
             if later.name == tag.name and later.closing:
-                return self.text[tag.end : later.start], later.end
+                return self.text[tag.end : later.start], later.end, True
             if stop is None or (later.name in stop and not later.closing):
-                return self.text[tag.end : later.start], later.start
-        return self.text[tag.end : hi], hi
+                return self.text[tag.end : later.start], later.start, False
+        return self.text[tag.end : hi], hi, False
+
+    def content(self, index: int, hi: int, stop: frozenset[str] | None = None) -> tuple[str, int]:
+        """:meth:`block` without the closed flag."""
+        text, end, _ = self.block(index, hi, stop)
+        return text, end
 
     def field(self, name: str, lo: int, hi: int) -> str | None:
         found = self.opens(name, lo, hi)
@@ -89,8 +121,10 @@ class _Doc:
 
 
 def _strip_harmony(text: str) -> str:
-    idx = text.lower().rfind(_HARMONY_FINAL)
-    return text[idx + len(_HARMONY_FINAL) :] if idx >= 0 else text
+    last = None
+    for match in _HARMONY_FINAL.finditer(text):
+        last = match
+    return text[last.end() :] if last is not None else text
 
 
 def _parse_roles(raw: str) -> Any:
@@ -166,14 +200,122 @@ def detect_dom(text: str) -> Dom:
     return "low" if has_output and not has_id else "high"
 
 
+class _Notes:
+    """The warnings of one reading, as plain data (the model validates them into ``SpecWarning``)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.items: list[dict[str, str]] = []
+
+    def add(self, kind: str, where: int | str, message: str) -> None:
+        location = line_of(self.text, where) if isinstance(where, int) else where
+        self.items.append({"kind": kind, "location": location, "message": message})
+
+
+def _ignored_after(doc: _Doc, notes: _Notes, plan_end: int, skipped_agents: int, used_edge_end: int) -> None:
+    """Record what follows the plan (blocks, answers, other text): ignored, never read."""
+    rest = doc.text[plan_end:]
+    if not rest.strip() and not skipped_agents:
+        return
+    tail = [t for t in doc.tags[bisect.bisect_left(doc.starts, plan_end):]
+            if not t.closing and not (t.name == "edge" and t.start < used_edge_end)]
+    parts = []
+    if skipped_agents:
+        parts.append(f"{skipped_agents} more <agent> block(s)")
+    for name, label in (("edge", "<edge>"), ("answer", "<answer>"), ("thinking", "<thinking>")):
+        count = sum(1 for t in tail if t.name == name)
+        if count:
+            parts.append(f"{count} {label} block(s)")
+    what = ", ".join(parts) if parts else f"{len(rest.strip()):,} characters of text"
+    notes.add("ignored_after_plan", plan_end, f"the plan ends here; what follows is ignored ({what})")
+
+
+def _plan_agents(doc: _Doc, dom: Dom, edge_end: int | None, registry: AgentRegistry,
+                 notes: _Notes) -> tuple[list[dict[str, Any]], int, int]:
+    """The agent blocks of the first plan, where the first left-out block starts, and how many were left out.
+
+    Low DoM: the first block. High DoM: blocks in order until one starts after the first ``<edge>`` block,
+    repeats an id already taken, or follows a second ``<thinking>`` (a new copy of the plan begins).
+    """
+    end = len(doc.text)
+    opens = doc.opens("agent")
+    nodes: list[dict[str, Any]] = []
+    ids: set[str] = set()
+    copy_start = end
+    for number, index in enumerate(opens, 1):
+        start = doc.tags[index].start
+        if nodes and (dom == "low" or start >= copy_start):
+            return nodes, start, len(opens) - number + 1
+        _, block_end, closed = doc.block(index, end, stop=_AGENT_END)
+        node = _agent_block(doc, doc.tags[index].end, block_end, registry, number)
+        next_start = doc.tags[opens[number]].start if number < len(opens) else end
+        _check_nested_markup(doc, number, doc.tags[index].end, next_start)
+        if nodes and node["id"] is not None and node["id"] in ids:
+            return nodes, start, len(opens) - number + 1
+        if len(nodes) >= MAX_NODES:
+            raise SpecError(f"more than {MAX_NODES} <agent> blocks in one plan; a spec may have at most {MAX_NODES}")
+        if not nodes:  # a <thinking> after the first agent, or the end of an <edge> block after it, ends the plan
+            later = doc.opens("thinking", start)
+            copy_start = doc.tags[later[0]].start if later else end
+            if edge_end is not None and edge_end > start:
+                copy_start = min(copy_start, edge_end)
+        if not closed:
+            notes.add("unclosed_block", start,
+                      f"agent #{number} has no </agent>; read up to where the next block starts")
+        if node["input"] in ('""', "''"):
+            notes.add("quoted_empty_input", f"agent #{number}",
+                      f"<agent_input>{node['input']}</agent_input> read as empty: the agent gets the whole question")
+            node["input"] = ""
+        node["_start"], node["_end"] = start, block_end
+        nodes.append(node)
+        ids.add(node["id"])
+    return nodes, end, 0
+
+
+def _check_nested_markup(doc: _Doc, number: int, lo: int, hi: int) -> None:
+    """A value holding format tags (``<agent_input>… <answer> …</agent_input>``) would be cut at the tag and
+    silently change meaning: refuse it, naming the agent, the field and the tag."""
+    for tag in ("agent_input", "agent_description"):
+        found = doc.opens(tag, lo, hi)
+        if not found:
+            continue
+        start = doc.tags[found[0]].end
+        close = re.compile(rf"<\s*/\s*{tag}\s*>", re.I).search(doc.text, start, hi)
+        nested = MARKUP_RE.search(doc.text, start, close.start()) if close else None
+        if nested:
+            raise SpecError(
+                f"agent #{number}: <{tag}> contains orchestration markup {nested.group(0)!r} "
+                f"({line_of(doc.text, nested.start())}); values cannot hold format tags, reword them"
+            )
+
+
+def _first_edges(doc: _Doc, notes: _Notes) -> tuple[list[dict[str, str]], int | None]:
+    """The first <edge> block's edges (<from>/<to> paired in order, an unpaired extra dropped) and its end."""
+    found = doc.opens("edge")
+    if not found:
+        return [], None
+    lo = doc.tags[found[0]].end
+    _, hi, _ = doc.block(found[0], len(doc.text), stop=_AGENT_END)
+    sources = [doc.content(i, hi)[0].strip() for i in doc.opens("from", lo, hi)]
+    targets = [doc.content(i, hi)[0].strip() for i in doc.opens("to", lo, hi)]
+    if len(sources) != len(targets):
+        extra = "<from>" if len(sources) > len(targets) else "<to>"
+        notes.add("unpaired_edge", "edge block 1",
+                  f"{len(sources)} <from> but {len(targets)} <to>; paired in order, the unpaired {extra} dropped")
+    return [{"source": s, "target": t} for s, t in zip(sources, targets)], hi
+
+
 def read_orchestration(
     text: str, dom: Dom = "high", *, registry: AgentRegistry | None = None
 ) -> Any:
-    """Read orchestration text (DESIGN §3) into the plain data of a spec (not yet validated).
+    """Read orchestration text (DESIGN §3, §11) into the plain data of a spec (not yet validated).
 
-    Text that is one JSON object is read as our JSON spec form (what an orchestrator constrained by a JSON
-    schema writes), with ``dom`` as its default DoM. Raises :class:`SpecError` for text whose structure
-    cannot be read (missing ids, unpaired edges …), listing every problem found.
+    The first complete orchestration is the plan; what follows it (commentary, fences, a second copy,
+    repeated blocks) is ignored. Tags inside a closed ``<thinking>`` are prose. Each leniency is recorded
+    in the data's ``warnings`` (see :mod:`mas_orchestra.spec.warnings`). Text that is one JSON object is read
+    as our JSON spec form (what an orchestrator constrained by a JSON schema writes), with ``dom`` as its
+    default DoM. Raises :class:`SpecError` for text whose plan cannot be read (no orchestration at all, an
+    agent without name or id …), listing every problem found.
     """
     if not isinstance(text, str):
         raise TypeError(f"parse_orchestration expects str, got {type(text).__name__}")
@@ -185,87 +327,70 @@ def read_orchestration(
     if stripped.startswith("{") and stripped.endswith("}"):
         return read_json_spec(stripped, dom=dom)  # our JSON form (JSON-schema constrained APIs)
     doc = _Doc(text, _STRUCTURE_TAGS | _param_tags(registry))
+    notes = _Notes(text)
     end = len(text)
     problems: list[str] = []
-    if len(doc.tags) > _MAX_TAGS:
-        raise SpecError(f"orchestration has {len(doc.tags):,} tags; the limit is {_MAX_TAGS:,}")
 
     thinking = ""
     found = doc.opens("thinking")
     if found:
         thinking = doc.content(found[0], end, stop=_AGENT_END)[0].strip()
+        if doc.prose_tags:
+            notes.add("markup_in_thinking", "thinking",
+                      f"{doc.prose_tags} tag(s) mentioned inside <thinking> are prose and create nothing")
 
-    nodes: list[dict[str, Any]] = []
-    agent_tags = doc.opens("agent")
-    if len(agent_tags) > MAX_NODES:
-        raise SpecError(f"{len(agent_tags)} <agent> blocks; a spec may have at most {MAX_NODES} agents")
-    if len(doc.opens("edge")) > MAX_NODES:
-        raise SpecError(f"too many <edge> blocks (more than {MAX_NODES})")
-    for number, index in enumerate(agent_tags, 1):
-        lo = doc.tags[index].end
-        hi = doc.content(index, end, stop=_AGENT_END)[1]
-        nodes.append(_agent_block(doc, lo, hi, registry, number))
-    agent_spans = [
-        (doc.tags[i].start, doc.content(i, end, stop=_AGENT_END)[1]) for i in agent_tags
-    ]
-
-    def outside_agents(pos: int) -> bool:
-        return not any(lo <= pos < hi for lo, hi in agent_spans)
-
-    answer_tags = [i for i in doc.opens("answer") if outside_agents(doc.tags[i].start)]
-    answer = doc.content(answer_tags[-1], end, stop=_AGENT_END)[0].strip() if answer_tags else None
-
-    edges: list[dict[str, str]] = []
-    for number, index in enumerate(doc.opens("edge"), 1):
-        lo = doc.tags[index].end
-        hi = doc.content(index, end, stop=frozenset({"agent", "edge", "answer"}))[1]
-        sources = [doc.content(i, hi)[0].strip() for i in doc.opens("from", lo, hi)]
-        targets = [doc.content(i, hi)[0].strip() for i in doc.opens("to", lo, hi)]
-        if len(sources) != len(targets):
-            problems.append(
-                f"edge block {number}: {len(sources)} <from> but {len(targets)} <to>; they are paired in order"
-            )
-        edges.extend({"source": s, "target": t} for s, t in zip(sources, targets))
+    edges, edge_end = _first_edges(doc, notes) if dom == "high" else ([], None)
+    nodes, next_start, skipped = _plan_agents(doc, dom, edge_end, registry, notes)
+    plan_end = max([nodes[-1]["_end"] if nodes else 0, edge_end or 0])
+    answers = [i for i in doc.opens("answer") if not any(
+        n["_start"] <= doc.tags[i].start < n["_end"] for n in nodes)]
 
     data: dict[str, Any] = {"thinking": thinking, "dom": dom, "edges": edges, "nodes": []}
     for node in nodes:
-        where = f"agent #{node['_number']}"
         if not node["agent"]:
-            problems.append(f"{where}: missing <agent_name>; valid: {', '.join(registry.block_names())}")
-    if dom == "high":
+            valid = ", ".join(registry.block_names())
+            problems.append(f"agent #{node['_number']}: missing <agent_name>; valid: {valid}")
+    if not nodes:
+        if not answers:
+            problems.append(
+                f"{NO_ORCHESTRATION}: no <agent> block and no <answer>"
+                + (" (low DoM needs one <agent> with <agent_output_id>, or a direct <answer>)" if dom == "low" else "")
+            )
+        else:
+            content, plan_end = doc.content(answers[0], end, stop=_AGENT_END)
+            data["direct_answer"] = content.strip()
+    elif dom == "high":
         for node in nodes:
             if node["id"] is None:
                 problems.append(f"agent #{node['_number']} ({node['agent'] or '?'}): missing <agent_id>")
-        if not nodes:
-            if answer is None:
-                problems.append("no <agent> blocks found (and no <answer>)")
-            else:
-                data["direct_answer"] = answer
+        for i in answers:
+            if doc.tags[i].start < plan_end:
+                notes.add("answer_ignored", doc.tags[i].start, "<answer> next to agents is ignored: the sink answers")
     else:
-        if edges:
-            problems.append("low DoM allows no <edge>")
-        if len(nodes) > 1:
-            problems.append(f"low DoM allows exactly one <agent>, found {len(nodes)}")
-        if not nodes:
-            if answer is None:
-                problems.append("low DoM needs one <agent> with <agent_output_id>, or a direct <answer>")
-            else:
-                data["direct_answer"] = answer
-        else:
-            node = nodes[0]
-            output_id = node["_output_id"] or doc.field("agent_output_id", 0, end) or node["id"]
-            if output_id is None:
-                problems.append("agent #1: missing <agent_output_id>")
-            elif answer is not None and answer != output_id:
-                problems.append(f"<answer> is {answer!r} but the agent's <agent_output_id> is {output_id!r}")
-            node["id"] = output_id
-            if output_id is not None:
-                data["sink"] = output_id
+        node = nodes[0]
+        region = (node["_end"], next_start)  # between the agent block and the next block (or the end)
+        output_id = node["_output_id"] or doc.field("agent_output_id", *region)
+        own = [i for i in answers if region[0] <= doc.tags[i].start < region[1]]
+        answer, answer_end = doc.content(own[0], region[1], stop=_AGENT_END) if own else (None, 0)
+        answer = answer.strip() if answer is not None else None
+        if output_id is None:
+            output_id = answer if answer and ID_RE.fullmatch(answer) else "A1"
+            notes.add("missing_output_id", "agent #1", f"no <agent_output_id>; the agent is named {output_id!r}")
+        elif answer is not None and answer != output_id:
+            notes.add("answer_ignored", doc.tags[own[0]].start,
+                      f"<answer> is {answer!r} but the agent's <agent_output_id> is {output_id!r}; the agent answers")
+        ids_after = doc.opens("agent_output_id", *region)
+        plan_end = max(node["_end"], answer_end, doc.content(ids_after[0], region[1])[1] if ids_after else 0)
+        edge_opens = doc.opens("edge", 0, plan_end)
+        if edge_opens:
+            notes.add("edges_ignored", doc.tags[edge_opens[0]].start, "low DoM has one agent: <edge> ignored")
+        node["id"] = output_id
+        data["sink"] = output_id
     if problems:
         raise SpecError(problems)
-    data["nodes"] = [
-        {k: v for k, v in n.items() if not k.startswith("_")} for n in nodes
-    ]
+    _ignored_after(doc, notes, min(plan_end, next_start), skipped, edge_end or 0)
+    data["nodes"] = [{k: v for k, v in n.items() if not k.startswith("_")} for n in nodes]
+    data["warnings"] = notes.items
     return data
 
 

@@ -69,7 +69,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             progress=not args.no_progress and sys.stderr.isatty(), temperature=args.temperature,
             force=args.force, constrained=args.constrained,
             agents=[a.strip() for a in args.agents.split(",") if a.strip()] if args.agents else None,
-            max_agents=args.max_agents, max_tokens=args.max_tokens,
+            max_agents=args.max_agents, max_tokens=args.max_tokens, strict=args.strict, prompt=args.prompt,
+            whole_response_fallback=args.whole_response_fallback,
         )
     except errors as exc:
         # KeyError's str() quotes its message (an unknown agent kind in --agents); print the message itself.
@@ -127,9 +128,13 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--max-tokens", type=_positive_int, default=None,
                    help="orchestrator tokens per orchestration (default 512 when constrained; evaluate a trained "
                         "orchestrator with its max_completion_length)")
-    from mas_orchestra.runtime.cli import add_constrained_flag
+    from mas_orchestra.runtime.cli import add_constrained_flag, add_fidelity_flags
 
     add_constrained_flag(p)
+    add_fidelity_flags(p)
+    p.add_argument("--whole-response-fallback", action="store_true",
+                   help="grade an orchestration with no agent and no <answer> on its whole text, as the "
+                        "original reward did (off by default)")
     p.add_argument("--json", action="store_true", help="print summary.json on stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (also off when stderr is no TTY)")
     p.add_argument("--force", action="store_true", help="add to a run directory written with other arguments")

@@ -109,6 +109,8 @@ def _make_runner(
     agents: list[str] | None = None,
     max_agents: int | None = None,
     max_tokens: int | None = None,
+    strict: bool = False,
+    prompt: Any = None,
 ) -> Runner:
     """One Orchestra (or one resolved sub-agent model for a baseline), reused for every question."""
     from mas_orchestra.runtime import Orchestra, execute_spec
@@ -127,7 +129,7 @@ def _make_runner(
         models(orchestrator), sub_model, dom,  # type: ignore[arg-type]
         search=search, settings=settings, orchestrator_temperature=temperature, constrained=constrained,
         agents=agents, grammar_limits=GrammarLimits(max_agents=max_agents) if max_agents else None,
-        orchestrator_max_tokens=max_tokens,
+        orchestrator_max_tokens=max_tokens, strict=strict, prompt=prompt,
     )
     return orchestra.arun
 
@@ -138,9 +140,14 @@ def _failed_outcome(question: str, exc: BaseException) -> Any:
     return Outcome(status=Status.EXEC_ERROR, question=question, error=f"eval: {type(exc).__name__}: {exc}")
 
 
-def _record(row: Mapping[str, Any], sample: int, outcome: Any, correct: bool, grade_error: str | None) -> dict:
+def _record(
+    row: Mapping[str, Any], sample: int, outcome: Any, correct: bool, grade_error: str | None,
+    answer_source: str | None = None,
+) -> dict:
     orchestration = outcome.orchestration or ""
     return {
+        "answer_source": answer_source or ("run" if outcome.answer is not None else None),
+        "spec_warnings": outcome.spec_warnings,
         "id": row["id"],
         "sample": sample,
         "question": row["question"],
@@ -221,6 +228,9 @@ async def aevaluate(
     agents: list[str] | None = None,
     max_agents: int | None = None,
     max_tokens: int | None = None,
+    strict: bool = False,
+    prompt: str | os.PathLike[str] | None = None,
+    whole_response_fallback: bool = False,
 ) -> dict[str, Any]:
     """Evaluate ``rows`` (a JSONL path or dicts) and return the summary (also written to ``out_dir``).
 
@@ -238,7 +248,11 @@ async def aevaluate(
     offered to the orchestrator (as ``Orchestra(agents=...)``; evaluate a trained orchestrator with the
     kinds it was trained on) and ``max_agents`` caps a constrained orchestration's agents. ``max_tokens``:
     the orchestrator's budget per orchestration (evaluate a trained orchestrator with its training
-    ``max_completion_length``; None: the Orchestra default).
+    ``max_completion_length``; None: the Orchestra default). ``strict``: any parser leniency makes a run
+    ``invalid_spec`` (see :class:`~mas_orchestra.spec.SpecWarning`). ``prompt``: the orchestrator's prompt
+    template folder (:mod:`mas_orchestra.prompt_templates`; None: ours). ``whole_response_fallback``: grade an
+    orchestration with no agent and no ``<answer>`` as a direct answer, the whole response being the answer
+    (the original reward's behaviour; off by default).
 
     Raises :class:`EvalInputError` (bad rows/arguments, :class:`ConfigMismatchError`),
     ``MissingCredentialsError`` / ``MissingExtraError`` / ``ValueError`` from model or backend strings.
@@ -285,6 +299,9 @@ async def aevaluate(
         "agents": list(agents) if agents else None,
         "max_agents": max_agents,
         "max_tokens": max_tokens,
+        "strict": True if strict else None,
+        "prompt": str(Path(prompt).resolve()) if prompt is not None else None,
+        "whole_response_fallback": True if whole_response_fallback else None,
         "grade_timeout": grade_timeout,
         "created": now,
         "updated": now,
@@ -307,7 +324,7 @@ async def aevaluate(
                 baseline=baseline, search=search, settings=settings, temperature=temperature,
                 concurrency=concurrency, grader=grader, judge=judge, grade_timeout=grade_timeout,
                 progress=progress, constrained=constrained, agents=agents, max_agents=max_agents,
-                max_tokens=max_tokens,
+                max_tokens=max_tokens, strict=strict, prompt=prompt, whole_response_fallback=whole_response_fallback,
             )
         summary = summarize(read_results(results_path).values(), config=config,
                             elapsed_s=time.perf_counter() - started)
@@ -345,8 +362,12 @@ async def _run_pending(
     agents: list[str] | None = None,
     max_agents: int | None = None,
     max_tokens: int | None = None,
+    strict: bool = False,
+    prompt: Any = None,
+    whole_response_fallback: bool = False,
 ) -> None:
     from mas_orchestra.bench.grading import agrade
+    from mas_orchestra.runtime import whole_response_answer
 
     models = _ModelCache()
     if isinstance(search, str):
@@ -357,7 +378,7 @@ async def _run_pending(
     runner = _make_runner(
         orchestrator=orchestrator, subagent=subagent, dom=dom, baseline=baseline, search=search, settings=settings,
         temperature=temperature, models=models, constrained=constrained, agents=agents, max_agents=max_agents,
-        max_tokens=max_tokens,
+        max_tokens=max_tokens, strict=strict, prompt=prompt,
     )
     deadline = grade_timeout + _GRADE_SLACK_S
 
@@ -395,8 +416,12 @@ async def _run_pending(
             except Exception as exc:  # the runtime promises outcomes; a bug there must not sink the eval
                 log.warning("run %s/%d raised %r", row["id"], sample, exc)
                 outcome = _failed_outcome(row["question"], exc)
-            correct, grade_error = await grade(outcome.answer, row)
-            await writer.write(_record(row, sample, outcome, correct, grade_error))
+            answer, source = outcome.answer, None
+            if answer is None and whole_response_fallback:
+                answer = whole_response_answer(outcome.status, outcome.error, outcome.orchestration or "")
+                source = "whole_response" if answer is not None else None
+            correct, grade_error = await grade(answer, row)
+            await writer.write(_record(row, sample, outcome, correct, grade_error, source))
             finished += 1
             n_correct += correct
             if bar is not None:

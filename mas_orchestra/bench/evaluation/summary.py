@@ -40,6 +40,8 @@ def summarize(
     per_question: dict[str, list[bool]] = defaultdict(list)
     status_counts = dict.fromkeys(STATUSES, 0)
     histogram: Counter[str] = Counter()
+    warnings: Counter[str] = Counter()
+    fallback_answers = 0
     totals: Counter[str] = Counter()
     cost = wall = 0.0
     valid = correct = grade_errors = n_specs = n_agents = 0
@@ -57,8 +59,10 @@ def summarize(
             totals[field] += int(usage.get(field) or 0)
         cost += float(usage.get("cost_usd") or 0.0)
         wall += float(usage.get("wall_s") or 0.0)
+        fallback_answers += rec.get("answer_source") == "whole_response"
         spec = rec.get("spec")
         if spec:
+            warnings.update(str(w.get("kind")) for w in spec.get("warnings") or [])
             n_specs += 1
             nodes = spec.get("nodes") or []
             n_agents += len(nodes)
@@ -91,10 +95,14 @@ def summarize(
         "elapsed_s": elapsed_s,
         "agent_histogram": dict(sorted(histogram.items())),
         "mean_agents_per_spec": _mean(n_agents, n_specs),
+        "spec_warnings": dict(sorted(warnings.items())),
+        "runs_with_spec_warnings": sum(bool((r.get("spec") or {}).get("warnings")) for r in recs),
+        "whole_response_answers": fallback_answers,
     }
     if config:
         for key in ("label", "data", "orchestrator", "subagent", "dom", "grader", "judge_model", "baseline",
-                    "search", "limit", "timeout", "temperature", "constrained", "agents", "max_agents", "max_tokens"):
+                    "search", "limit", "timeout", "temperature", "constrained", "agents", "max_agents", "max_tokens",
+                    "strict", "prompt", "whole_response_fallback"):
             summary[key] = config.get(key)
     return summary
 
@@ -118,6 +126,11 @@ def format_summary(summary: Mapping[str, Any]) -> str:
                  + (f", {elapsed:.1f} s elapsed" if elapsed is not None else "")),
         ("agents", f"{agents} ({summary['mean_agents_per_spec']:.2f} per spec)"),
     ]
+    warned = summary.get("spec_warnings") or {}
+    rows.append(("spec warnings", (", ".join(f"{k} {v}" for k, v in warned.items())
+                                   + f" (in {summary.get('runs_with_spec_warnings', 0)} runs)") if warned else "none"))
+    if summary.get("whole_response_answers"):
+        rows.append(("whole response", f"{summary['whole_response_answers']} runs graded on the whole response"))
     if summary.get("grade_errors"):
         rows.append(("grade errors", str(summary["grade_errors"])))
     width = max(len(k) for k, _ in rows)
