@@ -44,6 +44,10 @@ BUILTIN_BASE: dict[str, type[BaseException]] = {
     "mas_orchestra.bench.evaluation.common.ConfigMismatchError": ValueError,
     "mas_orchestra.models.resolve.MissingCredentialsError": RuntimeError,
     "mas_orchestra.models.resolve.TransientModelError": RuntimeError,
+    "mas_orchestra.models.resolve.UnknownModelError": ValueError,
+    "mas_orchestra.offers.PoolError": ValueError,
+    "agents.tools.toolset.ToolsetError": ValueError,
+    "agents.tools.mcp.McpServerError": RuntimeError,
     "mas_orchestra.models.embedded.EmbeddedModelUnavailableError": ImportError,
 }
 
