@@ -266,7 +266,7 @@ class ToolAgent(Agent):
             if request is not None:
                 name, args, end = request
                 result = await self.run_tool(name, args, usage, log)
-                observation = render("tools_observation", name=name or "the tool call", result=result)
+                observation = render("tools_observation", tool=name or "the tool call", result=result)
                 # Keep the reply only up to the call: anything after it would be an invented result.
                 messages += [AIMessage(content=text[:end]), HumanMessage(content=f"{observation}\n\n{follow_up}")]
                 continue

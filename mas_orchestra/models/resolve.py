@@ -4,10 +4,11 @@ Accepted strings: ``embedded`` (SmolLM2-135M-Instruct shipped by the ``llm-smoll
 ``hf:<path>`` (a local transformers model directory), ``<provider>:<model>`` for any provider of LangChain's
 ``init_chat_model`` (``openai:``, ``anthropic:``, ``google_genai:``, ``together:``, ``ollama:`` …; see
 :mod:`mas_orchestra.models.providers`), ``vllm:<model>@<base-url>`` (any OpenAI-compatible server),
-``python:<module>:<attr>`` (an object or zero-argument factory importable from your code), ``scripted:<answer>`` (a test model that always
-answers ``<answer>``). A missing extra raises :class:`MissingExtraError` with the ``pip install``
-command; a missing API key raises :class:`MissingCredentialsError` naming the variable; a misspelt provider
-raises :class:`UnknownModelError` suggesting the closest valid one.
+``python:<module>:<attr>`` (an object or zero-argument factory importable from your code),
+``scripted:<answer>`` (a test model that always answers ``<answer>``). A missing extra raises
+:class:`MissingExtraError` with the ``pip install`` command; a missing API key raises
+:class:`MissingCredentialsError` naming the variable; a misspelt provider raises :class:`UnknownModelError`
+suggesting the closest valid one.
 """
 
 from __future__ import annotations
