@@ -25,7 +25,7 @@ from agents.tools.agent import MAX_TOOLS, describe_tool
 from mas_orchestra.errors import MasOrchestraError
 from mas_orchestra.registry import AgentKind, AgentRegistry, BuildContext, default_registry
 
-__all__ = ["POOL_PARAM", "TOOL_KIND", "PoolError", "with_pool", "with_tools"]
+__all__ = ["POOL_PARAM", "TOOL_KIND", "PoolError", "subagent_from_args", "with_pool", "with_tools"]
 
 #: The parameter that picks a pool model.
 POOL_PARAM = "model"
@@ -134,3 +134,29 @@ def _without_pool_param(kind: AgentKind) -> Any:
         return kind.factory(model, own, ctx)
 
     return build
+
+
+def subagent_from_args(values: Iterable[str] | None, default: str = "embedded") -> str | dict[str, str]:
+    """What repeated ``--subagent`` options mean: one model string, or a pool from ``name=model`` items.
+
+    ``["openai:gpt-4o-mini"]`` is one model; ``["fast=openai:gpt-4o-mini", "strong=anthropic:claude-sonnet-4-5"]``
+    a pool (the first is the default). Mixing the forms, or a name given twice, raises :class:`PoolError`.
+    """
+    items = [v.strip() for v in (values or []) if v.strip()]
+    if not items:
+        return default
+    named = [v for v in items if "=" in v and _POOL_NAME_RE.fullmatch(v.split("=", 1)[0])]
+    if not named and len(items) == 1:
+        return items[0]
+    if len(named) != len(items):
+        raise PoolError(
+            f"--subagent {' '.join(items)}: give one model, or a pool as repeated NAME=MODEL "
+            "(e.g. --subagent fast=openai:gpt-4o-mini --subagent strong=anthropic:claude-sonnet-4-5)"
+        )
+    pool: dict[str, str] = {}
+    for item in named:
+        name, model = item.split("=", 1)
+        if name in pool:
+            raise PoolError(f"--subagent: pool name {name!r} given twice")
+        pool[_check_pool_name(name)] = model.strip()
+    return pool
