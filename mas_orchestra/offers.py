@@ -113,11 +113,10 @@ def with_pool(
     for kind in base.kinds():
         if POOL_PARAM in kind.params.model_fields:
             raise PoolError(f"agent kind {kind.block!r} already has a parameter {POOL_PARAM!r}; it cannot be pooled")
-        params = create_model(
-            f"{kind.params.__name__}WithModel", __base__=kind.params,
-            **{POOL_PARAM: (choice, Field(default=per_kind.get(kind.name, names[0]),
-                                          description=f"Which sub-agent model runs it: {', '.join(names)}"))},
-        )
+        field_definitions: dict[str, Any] = {POOL_PARAM: (choice, Field(
+            default=per_kind.get(kind.name, names[0]), description=f"Which sub-agent model runs it: {', '.join(names)}"
+        ))}
+        params = create_model(f"{kind.params.__name__}WithModel", __base__=kind.params, **field_definitions)
         out.add(AgentKind(
             name=kind.name, block=kind.block, description=kind.description, params=params,
             factory=_without_pool_param(kind), aliases=kind.aliases, xml_tags=kind.xml_tags,

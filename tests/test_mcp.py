@@ -14,10 +14,10 @@ import pytest
 
 pytest.importorskip("langchain_mcp_adapters")
 
-from agents.base import CallSettings  # noqa: E402
-from agents.tools import McpServerError, ToolAgent, ToolsetError, load_mcp_tools, mcp_connections  # noqa: E402
-from mas_orchestra.runtime import Orchestra, Status  # noqa: E402
-from mas_orchestra.testing import ScriptedChatModel, cot_reply  # noqa: E402
+from agents.base import CallSettings
+from agents.tools import McpServerError, ToolAgent, ToolsetError, load_mcp_tools, mcp_connections
+from mas_orchestra.runtime import Orchestra, Status
+from mas_orchestra.testing import ScriptedChatModel, cot_reply
 
 pytestmark = pytest.mark.mcp
 

@@ -98,9 +98,9 @@ def describe_tool(tool: BaseTool, *, with_arguments: bool = False) -> str:
     description = " ".join((tool.description or "").strip().split("\n\n")[0].split()) or "(no description)"
     line = f"- {tool.name}: {description}"
     if with_arguments:
+        call_schema: Any = tool.tool_call_schema
         try:
-            schema = tool.tool_call_schema.model_json_schema() if hasattr(tool.tool_call_schema, "model_json_schema") \
-                else dict(tool.tool_call_schema)  # type: ignore[call-overload]
+            schema = call_schema.model_json_schema() if hasattr(call_schema, "model_json_schema") else dict(call_schema)
         except Exception:  # a schema we cannot render: the name and description still help
             schema = {}
         props = {k: {kk: vv for kk, vv in v.items() if kk in ("type", "description", "enum")}
@@ -236,7 +236,7 @@ class ToolAgent(Agent):
         return text
 
     async def arun(self, task: str) -> AgentResult:
-        usage, log = Usage(), []
+        usage, log = Usage(), []  # type: Usage, list[dict[str, Any]]
         tool_model = self._tools_model()
         native = tool_model is not None
         listing = "\n".join(describe_tool(t, with_arguments=not native) for t in self.tools.values())

@@ -62,7 +62,7 @@ def mcp_connections(config: Mapping[str, Any] | str | Path) -> dict[str, dict[st
             args = entry.get("args", [])
             if not isinstance(entry["command"], str) or not isinstance(args, list):
                 raise ToolsetError(f"MCP server {name!r}: 'command' must be a string and 'args' a list")
-            conn = {"transport": "stdio", "command": entry["command"], "args": [str(a) for a in args]}
+            conn: dict[str, Any] = {"transport": "stdio", "command": entry["command"], "args": [str(a) for a in args]}
             for key in ("env", "cwd"):
                 if entry.get(key) is not None:
                     conn[key] = entry[key]

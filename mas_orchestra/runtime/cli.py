@@ -100,13 +100,13 @@ def _print_interrupt(outcome: Any, args: argparse.Namespace) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from agents.tools import McpServerError
     from mas_orchestra.errors import (
         CheckpointError,
         ConstrainedDecodingError,
         MissingExtraError,
         ThreadMismatchError,
     )
-    from agents.tools import McpServerError
     from mas_orchestra.models import MissingCredentialsError
     from mas_orchestra.offers import subagent_from_args
     from mas_orchestra.runtime import Orchestra
