@@ -225,13 +225,20 @@ class ToolAgent(Agent):
             result = await asyncio.wait_for(tool.ainvoke(dict(args), ensure_config()), self.tool_timeout)
             text = _clip(_result_text(result), self.max_result_chars)
             entry["ok"] = True
-        except (asyncio.TimeoutError, TimeoutError):
-            entry["error"] = f"timed out after {self.tool_timeout:g} s"
-            text = f"error: tool {name!r} did not answer within {self.tool_timeout:g} s"
         except Exception as exc:  # any tool failure is an observation, never a crash
-            detail = _clip(" ".join(str(exc).split()), 400) or type(exc).__name__
-            entry["error"] = f"{type(exc).__name__}: {detail}"
-            text = f"error: tool {name!r} failed: {detail}"
+            # A tool cancelled at its time-out may raise its own teardown error (an MCP session's task group)
+            # instead of TimeoutError: past the bound, it is the time-out all the same.
+            if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) or (
+                time.perf_counter() - started >= self.tool_timeout
+            ):
+                entry["error"] = f"timed out after {self.tool_timeout:g} s"
+                text = f"error: tool {name!r} did not answer within {self.tool_timeout:g} s"
+            else:
+                while getattr(exc, "exceptions", None):  # an exception group: its first cause says what failed
+                    exc = exc.exceptions[0]  # type: ignore[attr-defined]
+                detail = _clip(" ".join(str(exc).split()), 400) or type(exc).__name__
+                entry["error"] = f"{type(exc).__name__}: {detail}"
+                text = f"error: tool {name!r} failed: {detail}"
         entry["seconds"] = round(time.perf_counter() - started, 4)
         return text
 
