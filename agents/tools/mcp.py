@@ -12,7 +12,10 @@ again.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
+import os
+import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -85,6 +88,31 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _has_fileno(stream: Any) -> bool:
+    try:
+        stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
+        return False
+    return True
+
+
+def _ensure_server_stderr() -> None:
+    """Give stdio servers a stderr with a file descriptor.
+
+    ``mcp``'s ``stdio_client`` hands its ``errlog`` default — ``sys.stderr`` as it was when ``mcp`` was
+    imported — to the server process, and the adapters do not pass one. Under Jupyter (and pytest's capture)
+    that stream has no file descriptor and every server start fails with ``fileno``; the process's own stderr
+    (or, without one, the null device) is used instead.
+    """
+    from mcp.client import stdio
+
+    function = inspect.unwrap(stdio.stdio_client)  # under its asynccontextmanager wrapper
+    defaults = function.__defaults__ or ()
+    if defaults and not _has_fileno(defaults[0]):
+        fallback = sys.__stderr__ if _has_fileno(sys.__stderr__) else open(os.devnull, "w")  # noqa: SIM115
+        function.__defaults__ = (fallback,)
+
+
 async def aload_mcp_tools(
     config: Mapping[str, Any] | str | Path, *, timeout: float = DEFAULT_LIST_TIMEOUT
 ) -> list[BaseTool]:
@@ -94,6 +122,7 @@ async def aload_mcp_tools(
         from langchain_mcp_adapters.client import MultiServerMCPClient
     except ImportError as exc:
         raise MissingExtraError("MCP tools", "mcp", "langchain-mcp-adapters") from exc
+    _ensure_server_stderr()
     tools: list[BaseTool] = []
     for name, conn in connections.items():
         client = MultiServerMCPClient({name: conn})  # type: ignore[dict-item]
