@@ -213,3 +213,39 @@ def test_tool_errors_are_counted_and_the_run_still_ends_ok():
     sub = ScriptedChatModel(replies=[text_call("broken", x=1), cot_reply("unknown")])
     outcome = Orchestra(ScriptedChatModel(replies=[spec]), sub, tools=[broken]).run("q")
     assert outcome.status is Status.OK and outcome.usage.tool_calls == 1 and outcome.usage.tool_errors == 1
+
+
+class _LocalScripted(ScriptedChatModel):
+    """A scripted model that says it decodes under grammars (as the embedded model does)."""
+
+    supports_grammar_constraints: bool = True
+
+
+async def test_constrained_local_turns_are_bound_to_reply_or_offered_tool_call():
+    from mas_orchestra.models.constraints import ToolTurnConstraint, reply_constrainer
+
+    model = _LocalScripted(replies=[text_call("add", a=1, b=2), cot_reply("3")])
+    agent = ToolAgent(model, [add, lookup], max_turns=2, settings=CallSettings(constrain_reply=reply_constrainer("on")))
+    assert (await agent.arun("1 + 2?")).answer == "3"
+    constraint = model.call_kwargs[0]["constraint"]
+    assert isinstance(constraint, ToolTurnConstraint)
+    assert constraint.tools == (("add", (("a", "integer"), ("b", "integer"))), ("lookup", (("key", "string"),)))
+    grammar = constraint.grammar(96)
+    assert '"<tool_call>{\\"name\\": \\"add\\", \\"arguments\\": {"' in grammar and "<thinking>" in grammar
+    assert model.call_kwargs[1]["constraint"].name == "reply"  # the final turn: the reply contract only
+
+
+def test_the_tool_turn_grammar_accepts_calls_the_parser_reads():
+    xgr = pytest.importorskip("xgrammar")
+    from mas_orchestra.models.constraints import ToolTurnConstraint, tool_signatures
+
+    grammar = ToolTurnConstraint(tools=tuple(tool_signatures([add, lookup]))).grammar(96)
+    vocab = ["<eos>", *(chr(c) for c in range(32, 127)), "\n"]
+    compiled = xgr.GrammarCompiler(xgr.TokenizerInfo(vocab, stop_token_ids=[0])).compile_grammar(grammar)
+    for text, ok in ((text_call("add", a=1, b=-2), True), (text_call("lookup", key="ceo"), True),
+                     (text_call("rm", path="/"), False), (text_call("add", a="x", b=1), False),
+                     ("<thinking>t</thinking>\n<answer>3</answer>", True)):
+        matcher = xgr.GrammarMatcher(compiled)
+        assert (matcher.accept_string(text) and matcher.accept_token(0)) is ok, text  # then the stop token
+        if ok and "tool_call" in text:
+            assert parse_tool_request(text)[0] in ("add", "lookup")

@@ -261,13 +261,17 @@ class ToolAgent(Agent):
         return render("tools_final") if turns_left <= 1 else render(protocol, turns_left=str(turns_left))
 
     async def _text_loop(self, first: str, usage: Usage, log: list[dict[str, Any]]) -> tuple[ParsedReply, int]:
+        # Under constrained decoding a local model's turns are bound to "a reply or a call of an offered tool".
+        hook = getattr(self.settings.constrain_reply, "tool_turn", None)
+        tools = list(self.tools.values())
+        turn_model = self.model if hook is None else hook(self.model, tools, self.settings.max_tokens)
         messages: list[BaseMessage] = [
             HumanMessage(content=f"{first}\n\n{self._instructions('tools_text_protocol', self.max_turns)}")
         ]
         for turn in range(1, self.max_turns + 1):
             if turn == self.max_turns:
                 return await self._final(self.model, messages, usage), turn
-            text = message_text(await self._turn(self.model, messages, usage))
+            text = message_text(await self._turn(turn_model, messages, usage))
             follow_up = self._instructions("tools_text_protocol", self.max_turns - turn)
             request = parse_tool_request(text)
             if request is not None:

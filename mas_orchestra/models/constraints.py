@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -50,6 +51,7 @@ from mas_orchestra.spec.grammar import (
     reply_json_schema,
     thinking_grammar,
 )
+from mas_orchestra.spec.grammar.tool_calls import ToolSignature, tool_call_grammar
 
 __all__ = [
     "BACKEND_METADATA_KEY",
@@ -59,11 +61,14 @@ __all__ = [
     "ConstrainedSetting",
     "OrchestrationConstraint",
     "OutputConstraint",
+    "ReplyConstrainerHook",
     "ReplyConstraint",
+    "ToolTurnConstraint",
     "bind_constraint",
     "constraint_mode",
     "reply_constrainer",
     "structured_output_backend",
+    "tool_signatures",
 ]
 
 log = logging.getLogger(__name__)
@@ -334,6 +339,52 @@ def constraint_mode(setting: ConstrainedSetting, model: Any) -> Literal["on", "o
     raise ValueError(f"constrained must be True, False, 'auto' or None, got {setting!r}")
 
 
+def tool_signatures(tools: Sequence[Any]) -> list[ToolSignature]:
+    """Name and (argument, JSON type) pairs of LangChain tools, required arguments first, in schema order."""
+    signatures = []
+    for tool in tools:
+        schema: Any = tool.tool_call_schema
+        try:
+            data = schema.model_json_schema() if hasattr(schema, "model_json_schema") else dict(schema)
+        except Exception:  # a schema we cannot read: the tool cannot be written under the grammar
+            continue
+        props = data.get("properties") or {}
+        required = [a for a in data.get("required") or [] if a in props]
+        arguments = tuple((arg, str(props[arg].get("type", "object"))) for arg in required or list(props))
+        signatures.append((str(tool.name), arguments))
+    return signatures
+
+
+@dataclass(frozen=True, eq=False)
+class ToolTurnConstraint(ReplyConstraint):
+    """A tool agent's turn on a local model: the reply contract, or one call of an offered tool (text protocol)."""
+
+    name: str = "tool_turn"
+    tools: tuple[ToolSignature, ...] = ()
+
+    def grammar(self, max_tokens: int | None = None, *, staged: bool = False) -> str:
+        reply = super().grammar(max_tokens).split("::=", 1)[1].strip()
+        calls = tool_call_grammar(self.tools)
+        return f"root ::= ({reply})" + (f" | {calls}" if calls else "") + "\n"
+
+
+class ReplyConstrainerHook:
+    """``CallSettings.constrain_reply``: ``hook(model, max_tokens)`` binds the reply contract; ``hook.tool_turn(
+    model, tools, max_tokens)`` binds a tool agent's turn (reply or tool call) on local models."""
+
+    def __init__(self, fallback: bool) -> None:
+        self.fallback = fallback
+
+    def __call__(self, target: Runnable, max_tokens: int | None) -> Runnable:
+        return bind_constraint(target, ReplyConstraint(), max_tokens=max_tokens, fallback=self.fallback)
+
+    def tool_turn(self, target: Runnable, tools: Sequence[Any], max_tokens: int | None) -> Runnable:
+        if structured_output_backend(target) != "local":
+            return target  # API models call tools natively; their text turns stay free
+        constraint = ToolTurnConstraint(tools=tuple(tool_signatures(tools)))
+        return bind_constraint(target, constraint, max_tokens=max_tokens, fallback=self.fallback)
+
+
 def reply_constrainer(mode: Literal["on", "off", "fallback"], model: Any = None) -> Any:
     """The ``CallSettings.constrain_reply`` hook for a mode (None when off).
 
@@ -346,7 +397,4 @@ def reply_constrainer(mode: Literal["on", "off", "fallback"], model: Any = None)
     if model is not None:
         bind_constraint(model, ReplyConstraint(), fallback=fallback)
 
-    def constrain(target: Runnable, max_tokens: int | None) -> Runnable:
-        return bind_constraint(target, ReplyConstraint(), max_tokens=max_tokens, fallback=fallback)
-
-    return constrain
+    return ReplyConstrainerHook(fallback)
