@@ -130,3 +130,15 @@ def test_streamable_http_server(tmp_path):
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def test_the_served_graph_reads_mcp_servers_from_the_environment_only(tmp_path, monkeypatch):
+    from graphs import end_to_end
+
+    servers = tmp_path / "servers.json"
+    servers.write_text(json.dumps(STDIO))
+    monkeypatch.setenv("MAS_MCP", str(servers))
+    monkeypatch.setattr(end_to_end, "_cache", {})
+    config = {"configurable": {"orchestrator": "scripted:1", "subagent": "scripted:1", "mcp": "ignored.json"}}
+    orchestra = end_to_end.orchestra_from_config(config)
+    assert "tools" in orchestra.registry and "calculate" in {t.name for t in orchestra.tools}
