@@ -32,7 +32,7 @@ async def _condition(name: str, rows: list[dict[str, Any]], model: Any, mcp: Any
     for row in rows:
         started = time.perf_counter()
         outcome = await orchestra.arun(row["question"])
-        correct = bool(outcome.answer) and await agrade("math", outcome.answer or "", row["answer"]) >= 1.0
+        correct = bool(outcome.answer) and await agrade(outcome.answer or "", row["answer"], "math") >= 1.0
         kinds = [n.agent for n in outcome.spec.nodes] if outcome.spec else []
         results.append({
             "id": row["id"], "status": outcome.status.value, "answer": outcome.answer, "truth": row["answer"],
