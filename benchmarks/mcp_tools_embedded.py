@@ -107,6 +107,8 @@ def main() -> None:
     parser.add_argument("--fixed", action="store_true",
                         help="one fixed agent per problem (ToolAgent with the calculator vs CoT), no orchestrator")
     parser.add_argument("--turns", type=int, default=3, help="tool agent turns (--fixed)")
+    parser.add_argument("--arithmetic", action="store_true",
+                        help="plain arithmetic questions ('What is 37 * 48 + 19?') instead of MASBench depth-2")
     parser.add_argument("--out", default="runs/mcp_tools_embedded.json")
     args = parser.parse_args()
 
@@ -114,6 +116,15 @@ def main() -> None:
     from mas_orchestra.models.hf_chat import load_embedded_chat_model
 
     rows = generate("depth", [2], args.n, 0)
+    if args.arithmetic:
+        import random
+
+        rng = random.Random(0)
+        rows = []
+        for i in range(args.n):
+            a, b, c = rng.randint(12, 99), rng.randint(12, 99), rng.randint(1, 99)
+            rows.append({"id": f"arith-{i}", "question": f"What is {a} * {b} + {c}? Use the calculator.",
+                         "answer": str(a * b + c)})
     model = load_embedded_chat_model(max_new_tokens=args.max_tokens)
     mcp = {"mcpServers": {"calc": {"command": sys.executable, "args": [str(SERVER)]}}}
     conditions = [("no tools", None), ("mcp calculator", mcp)]
