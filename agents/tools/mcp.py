@@ -133,6 +133,10 @@ async def aload_mcp_tools(
         except Exception as exc:
             raise McpServerError(name, f"could not be started or listed ({_reason(exc)}); check its "
                                        f"command/url: {json.dumps(conn, default=str)[:300]}") from None
+        for tool in listed:
+            # The adapters turn a tool's error result into ordinary content; raised instead, it is recorded as a
+            # failed call (the agent log, the run's tool_errors) and still shown to the model as the observation.
+            tool.handle_tool_error = False
         tools.extend(listed)
     return tools
 
