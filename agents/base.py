@@ -81,6 +81,7 @@ class Usage(BaseModel):
     format_retries: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    tool_calls: int = 0
     by_model: dict[str, ModelUsage] = Field(default_factory=dict)
 
     @property
@@ -104,6 +105,7 @@ class Usage(BaseModel):
         """Add another usage record into this one."""
         self.calls += other.calls
         self.format_retries += other.format_retries
+        self.tool_calls += other.tool_calls
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens
         for name, used in other.by_model.items():
@@ -275,7 +277,7 @@ class CallLimiter:
         self._semaphore().release()
 
 
-def bind_tools(model: Runnable, tools: Sequence[Any]) -> Runnable:
+def bind_tools(model: Runnable, tools: Sequence[Any], **kwargs: Any) -> Runnable:
     """``model.bind_tools(tools)`` that keeps a ``with_retry`` wrapper around the tool-bound model.
 
     ``RunnableRetry`` forwards ``bind_tools`` to the model inside it and would return a binding
@@ -284,11 +286,11 @@ def bind_tools(model: Runnable, tools: Sequence[Any]) -> Runnable:
     from langchain_core.runnables.retry import RunnableRetry
 
     if isinstance(model, RunnableRetry):
-        return model.model_copy(update={"bound": bind_tools(model.bound, tools)})
+        return model.model_copy(update={"bound": bind_tools(model.bound, tools, **kwargs)})
     binder = getattr(model, "bind_tools", None)
     if binder is None:
         raise NotImplementedError(f"{type(model).__name__} has no bind_tools")
-    return binder(list(tools))
+    return binder(list(tools), **kwargs)
 
 
 #: ``constrain(model, max_tokens)`` returns the model bound to decode replies in the contract's format.

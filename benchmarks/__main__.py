@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-IN_PROCESS = ("concurrency", "overhead", "checkpoint_overhead")
+IN_PROCESS = ("concurrency", "overhead", "checkpoint_overhead", "tool_agent_overhead")
 # name -> (script, arguments for --quick, arguments for a full run)
 SCRIPTS = {
     "search": ("benchmarks/search_bench.py", ["--quick"], []),
@@ -32,7 +32,8 @@ SCRIPTS = {
     "batched": ("benchmarks/batched_generation.py", ["--quick"], []),
 }
 KEY_COLUMNS = ("wall_s", "critical_path_s", "sequential_s", "speedup_vs_sequential", "ours_us", "bare_langgraph_us",
-               "parse_xml_ms", "validate_ms", "compile_ms", "us_per_node", "added_us_per_node", "added_ms_per_run")
+               "parse_xml_ms", "validate_ms", "compile_ms", "us_per_node", "added_us_per_node", "added_ms_per_run",
+               "ours_ms", "bare_langchain_ms")
 
 
 def _table(rows: list[dict[str, Any]]) -> str:

@@ -11,8 +11,9 @@ setup from ``config["configurable"]``, falling back to environment variables:
 - ``max_retries``, ``max_concurrency``, ``call_timeout``, ``retry_initial_delay``, ``timeout``: the run's
   :class:`~mas_orchestra.settings.RunSettings` (numbers, as JSON configs carry them; validated once per setup).
 
-``MAS_SEARCH`` (e.g. ``bm25:corpus.jsonl``) enables search nodes; it is read from the environment only,
-and so are ``python:`` model strings: a client of a served graph may pick models, not import code.
+``MAS_SEARCH`` (e.g. ``bm25:corpus.jsonl``) enables search nodes and ``MAS_MCP`` (an ``{"mcpServers": …}``
+JSON file) offers its servers' tools to tool agents; both are read from the environment only, and so are
+``python:`` model strings: a client of a served graph may pick models, not import code.
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ def orchestra_from_config(config: RunnableConfig | None) -> Orchestra:
                         raise ValueError(f"configurable {name!r} must be a number, got {value!r}") from None
             settings = RunSettings(**options)
             search = make_backend(os.environ["MAS_SEARCH"]) if os.environ.get("MAS_SEARCH") else None
-            _cache[key] = Orchestra(orchestrator, subagent, dom=dom, search=search, settings=settings)
+            mcp = os.environ.get("MAS_MCP") or None  # an MCP servers file: from the environment only, never config
+            _cache[key] = Orchestra(orchestrator, subagent, dom=dom, search=search, settings=settings, mcp=mcp)
         return _cache[key]
 
 

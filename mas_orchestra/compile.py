@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import operator
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
@@ -22,6 +22,7 @@ from langgraph.graph.state import CompiledStateGraph
 from agents.base import AgentResult, CallLimiter, CallSettings, ReplyConstrainer
 from mas_orchestra.errors import CompileError, NodeExecutionError, ThreadMismatchError
 from mas_orchestra.models import resolve_model, with_transient_retry
+from mas_orchestra.offers import POOL_PARAM, with_tools
 from mas_orchestra.registry import AgentKind, AgentRegistry, BuildContext, default_registry
 from mas_orchestra.settings import RunSettings
 from mas_orchestra.spec import PLACEHOLDER_RE, AgentNode, GraphSpec
@@ -169,6 +170,7 @@ def compile_spec(
     settings: RunSettings | None = None,
     constrain_reply: ReplyConstrainer | None = None,
     checkpointer: Any = None,
+    tools: Iterable[Any] | None = None,
 ) -> CompiledStateGraph:
     """Build the LangGraph graph of a spec. Invoke it with ``{"question": "…"}``.
 
@@ -190,10 +192,16 @@ def compile_spec(
     are checkpointed, so ``graph.invoke(None, config)`` after a crash or error re-runs only the nodes that
     had not finished, and ``graph.get_state(config)`` / ``get_state_history`` show each node's result.
     Resuming a thread written by another spec raises :class:`~mas_orchestra.errors.ThreadMismatchError`.
+
+    ``tools``: LangChain tools (and MCP tools, see :func:`agents.tools.load_mcp_tools`) for ``ToolAgent`` nodes;
+    the registry is then :func:`~mas_orchestra.offers.with_tools` of ``registry`` (parse the spec with the same).
+    A registry built by :func:`~mas_orchestra.offers.with_pool` runs each node on the pool model it names.
     """
     if not isinstance(spec, GraphSpec):
         raise TypeError(f"compile_spec expects a GraphSpec, got {type(spec).__name__}")
     registry = registry or default_registry
+    if tools:
+        registry = with_tools(registry, tools)
     settings = settings or _UNBOUNDED
     calls = CallSettings(
         call_timeout=settings.call_timeout,
@@ -243,8 +251,11 @@ def compile_spec(
 
     for node in spec.nodes:
         kind = registry.get(node.agent)
-        chosen = (models or {}).get(node.id) or (models or {}).get(kind.name) or model
         params = kind.params.model_validate(node.params)
+        chosen = (models or {}).get(node.id) or (models or {}).get(kind.name)
+        if chosen is None and kind.models:  # a pool: the node's `model` parameter names its model
+            chosen = dict(kind.models)[getattr(params, POOL_PARAM)]
+        chosen = chosen or model
         ctx = BuildContext(node_id=node.id, settings=calls, search=search)
         try:
             built = kind.factory(prepared(chosen), params, ctx)

@@ -70,6 +70,9 @@ class AgentKind:
     aliases: tuple[str, ...] = ()
     xml_tags: dict[str, str] = field(default_factory=dict)
     needs_search: bool = False
+    #: A pool of sub-agent models by name (``(name, model)`` pairs): the node's ``model`` parameter picks one
+    #: (see :func:`mas_orchestra.offers.with_pool`); empty: the node runs on the model it is compiled with.
+    models: tuple[tuple[str, Any], ...] = ()
 
     def xml_tag(self, param: str) -> str:
         """The tag this parameter is written with in the orchestration text."""

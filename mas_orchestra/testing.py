@@ -38,7 +38,8 @@ class ScriptedChatModel(BaseChatModel):
     ``delay`` seconds of latency per call (``asyncio.sleep`` on the async path, so concurrent calls
     overlap). Token usage is reported like a real provider: input tokens = words in the prompt,
     output tokens = words in the reply (or the fixed ``input_tokens``/``output_tokens``).
-    Counters: ``calls``, ``in_flight``, ``peak_in_flight``, ``prompts``, ``call_kwargs``.
+    Counters: ``calls``, ``in_flight``, ``peak_in_flight``, ``prompts``, ``call_kwargs``. With
+    ``tool_calling=True`` it takes ``bind_tools`` (native tool calls scripted as ``AIMessage(tool_calls=...)``).
     """
 
     replies: list[Any] | Callable[..., Any] = [cot_reply("42")]  # noqa: RUF012 - pydantic copies defaults
@@ -47,6 +48,8 @@ class ScriptedChatModel(BaseChatModel):
     input_tokens: int | None = None
     output_tokens: int | None = None
     model_name: str = "scripted"
+    #: Whether ``bind_tools`` works (the replies script the tool calls, as ``AIMessage(tool_calls=...)``).
+    tool_calling: bool = False
 
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _calls: int = PrivateAttr(default=0)
@@ -55,6 +58,14 @@ class ScriptedChatModel(BaseChatModel):
     _prompts: list[str] = PrivateAttr(default_factory=list)
     _kwargs: list[dict[str, Any]] = PrivateAttr(default_factory=list)
     _script: Any = PrivateAttr(default=None)
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
+        """The tools as OpenAI schemas in the call's kwargs (so tests can see them) — if ``tool_calling``."""
+        if not self.tool_calling:
+            return super().bind_tools(tools, **kwargs)
+        from langchain_core.utils.function_calling import convert_to_openai_tool
+
+        return self.bind(tools=[convert_to_openai_tool(tool) for tool in tools], **kwargs)
 
     @property
     def _llm_type(self) -> str:

@@ -24,7 +24,7 @@ def test_runnables_pass_through():
 
 
 def test_unknown_string_lists_valid_forms():
-    with pytest.raises(ValueError, match=r"unknown model 'gpt9'; valid forms: embedded, hf:<path>, openai:<model>"):
+    with pytest.raises(ValueError, match=r"unknown model 'gpt9'; valid forms: embedded, hf:<path>, <provider>:<model>"):
         resolve_model("gpt9")
 
 

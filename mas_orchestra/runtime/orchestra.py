@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from langchain_core.callbacks.manager import AsyncCallbackManager
@@ -17,6 +17,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
 from agents.base import message_text, model_name_of
+from agents.tools.mcp import DEFAULT_LIST_TIMEOUT, load_mcp_tools
 from mas_orchestra.errors import SpecError
 from mas_orchestra.models import resolve_model, with_transient_retry
 from mas_orchestra.models.constraints import (
@@ -26,6 +27,7 @@ from mas_orchestra.models.constraints import (
     constraint_mode,
     reply_constrainer,
 )
+from mas_orchestra.offers import PoolError, with_pool, with_tools
 from mas_orchestra.prompt_templates import PromptTemplate, load_template
 from mas_orchestra.prompts import orchestrator_messages
 from mas_orchestra.registry import AgentRegistry, offered_registry
@@ -74,6 +76,12 @@ class Orchestra:
     released checkpoint on the prompts it was trained on); ``None`` is ours. ``strict``: any leniency the
     parser would apply to the orchestration (``spec.warnings``) makes it ``invalid_spec`` instead.
 
+    ``tools`` (LangChain tools, ``@tool`` functions) and ``mcp`` (a ``{"mcpServers": {...}}`` dict or JSON file;
+    each server is started and its tools listed here) are offered through the ``ToolAgent`` kind: the prompt
+    lists them, the orchestrator picks which tools each tool agent gets. ``subagent`` may be a pool
+    ``{"fast": model, "strong": model}``: with more than one model, every agent gets a ``model`` parameter
+    naming one (default the first, or ``subagent_defaults[kind]``: e.g. ``{"debate": "strong"}``).
+
     ``checkpointer``: any LangGraph checkpointer, a path to a SQLite file (opened for each run; needs the
     ``checkpoint`` extra) or a ``postgresql://`` URL (opened for each run, shared by any number of worker
     processes; needs the ``postgres`` extra; see :mod:`mas_orchestra.runtime.postgres`).
@@ -109,6 +117,9 @@ class Orchestra:
         grammar_limits: GrammarLimits | None = None,
         prompt: str | PromptTemplate | None = None,
         strict: bool = False,
+        tools: Iterable[Any] | None = None,
+        mcp: Any = None,
+        subagent_defaults: Mapping[str, str] | None = None,
     ) -> None:
         self.dom: Dom = check_dom(dom)
         self.strict = bool(strict)
@@ -123,18 +134,33 @@ class Orchestra:
         self.checkpointer = checkpointer
         self.interrupt_before_execute = interrupt_before_execute
         self.registry = offered_registry(registry, search=search, agents=agents)
+        # Offered tools (MCP servers listed now, so one that does not start fails here) become the ToolAgent kind.
+        self.tools: list[Any] = [*(tools or ()), *(load_mcp_tools(mcp, timeout=self.settings.call_timeout or
+                                                                   DEFAULT_LIST_TIMEOUT) if mcp is not None else ())]
+        self.registry = with_tools(self.registry, self.tools)
         # Model strings get the per-call timeout and the rate limiter at the HTTP client level.
         resolve = {"timeout": self.settings.call_timeout, "requests_per_second": requests_per_second}
         self.orchestrator: Runnable = resolve_model(orchestrator, **resolve)
-        self.subagent: Runnable = (
-            self.orchestrator if subagent is orchestrator else resolve_model(subagent, **resolve)
-        )
+        pool = subagent if isinstance(subagent, Mapping) else {"default": subagent}
+        if subagent_defaults and not isinstance(subagent, Mapping):
+            raise PoolError("subagent_defaults needs a pool: subagent={'fast': ..., 'strong': ...}")
+        #: The sub-agent models by pool name (one, named "default", when ``subagent`` is a single model).
+        self.subagent_pool: dict[str, Runnable] = {
+            name: self.orchestrator if model is orchestrator else resolve_model(model, **resolve)
+            for name, model in pool.items()
+        }
+        self.registry = with_pool(self.registry, self.subagent_pool, subagent_defaults)
+        self.subagent: Runnable = next(iter(self.subagent_pool.values()))
         self._orchestrator_kwargs: dict[str, Any] = {}
         if orchestrator_temperature is not None:
             self._orchestrator_kwargs["temperature"] = orchestrator_temperature
         # Constrained decoding: fail here, at construction, if a backend cannot do what was asked.
         orchestrator_mode = constraint_mode(constrained, self.orchestrator)
-        subagent_mode = constraint_mode(constrained, self.subagent)
+        pool_modes = {constraint_mode(constrained, model) for model in self.subagent_pool.values()}
+        # A mixed pool under the default setting: constrain none (the default is on for local models only).
+        subagent_mode = pool_modes.pop() if len(pool_modes) == 1 else "off"
+        for model in list(self.subagent_pool.values())[1:]:
+            reply_constrainer(subagent_mode, model)  # a pool model that cannot be constrained fails here too
         self.orchestration_constraint: OrchestrationConstraint | None = None
         self._orchestrator_call: Runnable = self.orchestrator
         if orchestrator_mode != "off":

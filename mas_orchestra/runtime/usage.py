@@ -27,7 +27,9 @@ class RunUsage(BaseModel):
     """What one run cost: calls, tokens, dollars and wall time.
 
     ``format_retries`` counts sub-agent calls that re-asked after an unparseable reply (they are included
-    in ``subagent_calls``); constrained decoding should keep it at 0.
+    in ``subagent_calls``); constrained decoding should keep it at 0. ``tool_calls`` counts the tool calls the
+    tool agents made (LangChain tool runs), ``tool_errors`` those that raised (a timed-out call is cancelled and
+    counts as a call only); each agent's ``details["tool_calls"]`` says what each call returned.
     """
 
     llm_calls: int = 0
@@ -35,6 +37,8 @@ class RunUsage(BaseModel):
     subagent_calls: int = 0
     failed_calls: int = 0
     format_retries: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
     total_tokens: int = 0
@@ -80,6 +84,14 @@ class UsageCallback(UsageMetadataCallbackHandler):
             if tags and FORMAT_RETRY_TAG in tags:
                 calls.format_retries += 1
             calls.by_model.setdefault(name, ModelUsage()).calls += 1
+
+    def on_tool_start(self, serialized: dict[str, Any], input_str: str, **kwargs: Any) -> None:
+        with self._calls_lock:
+            self._calls.tool_calls += 1
+
+    def on_tool_error(self, error: BaseException, **kwargs: Any) -> None:
+        with self._calls_lock:
+            self._calls.tool_errors += 1
 
     def on_llm_error(self, error: BaseException, **kwargs: Any) -> None:
         with self._calls_lock:

@@ -60,10 +60,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else _default_out(args.data)
     info = sys.stderr if args.json else sys.stdout  # --json keeps stdout pure JSON
     print(f"run directory: {out}", file=info, flush=True)
+    from mas_orchestra.offers import subagent_from_args
+
     errors = _input_errors()
     try:
         summary = evaluate(
-            args.data, orchestrator=args.orchestrator, subagent=args.subagent, dom=args.dom, samples=args.samples,
+            args.data, orchestrator=args.orchestrator, subagent=subagent_from_args(args.subagent), dom=args.dom,
+            samples=args.samples,
             limit=args.limit, concurrency=args.concurrency, grader=args.grader, judge=args.judge_model,
             out_dir=out, timeout=args.timeout, baseline=args.baseline, search=args.search,
             progress=not args.no_progress and sys.stderr.isatty(), temperature=args.temperature,
@@ -106,7 +109,8 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--data", required=True, help="JSONL file with id, question, answer per row, or a local copy "
                    "of the official MASBench: masbench-official:<path>[:<subset>][:split=train|test]")
     p.add_argument("--orchestrator", default="embedded", help="orchestrator model string (default: embedded)")
-    p.add_argument("--subagent", default="embedded", help="sub-agent model string (default: embedded)")
+    p.add_argument("--subagent", action="append", default=None, metavar="MODEL | NAME=MODEL",
+                   help="sub-agent model string (default: embedded); repeat as NAME=MODEL for a model pool")
     p.add_argument("--dom", choices=["high", "low"], default="high", help="degree of MAS (default high)")
     p.add_argument("--samples", type=_positive_int, default=1, help="runs per question, k of avg@k (default 1)")
     p.add_argument("--limit", type=_positive_int, default=None, help="evaluate only the first N rows")

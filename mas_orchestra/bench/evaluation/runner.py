@@ -56,6 +56,8 @@ def _model_label(model: Any) -> str | None:
         return None
     if isinstance(model, str):
         return model.strip()
+    if isinstance(model, Mapping):  # a sub-agent model pool
+        return ",".join(f"{name}={_model_label(m)}" for name, m in model.items())
     name = getattr(model, "model_name", None) or getattr(model, "model", None)
     return f"{type(model).__name__}:{name}" if isinstance(name, str) and name else type(model).__name__
 
@@ -116,7 +118,8 @@ def _make_runner(
     from mas_orchestra.runtime import Orchestra, execute_spec
     from mas_orchestra.spec.grammar import GrammarLimits
 
-    sub_model = models(subagent)
+    pool = {name: models(m) for name, m in subagent.items()} if isinstance(subagent, Mapping) else None
+    sub_model = next(iter(pool.values())) if pool else models(subagent)
     if baseline:
         spec = _baseline_spec(baseline, temperature)
 
@@ -126,7 +129,7 @@ def _make_runner(
 
         return run_baseline
     orchestra = Orchestra(
-        models(orchestrator), sub_model, dom,  # type: ignore[arg-type]
+        models(orchestrator), pool or sub_model, dom,  # type: ignore[arg-type]
         search=search, settings=settings, orchestrator_temperature=temperature, constrained=constrained,
         agents=agents, grammar_limits=GrammarLimits(max_agents=max_agents) if max_agents else None,
         orchestrator_max_tokens=max_tokens, strict=strict, prompt=prompt,
@@ -280,7 +283,9 @@ async def aevaluate(
     now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     config: dict[str, Any] = {
         "version": CONFIG_VERSION,
-        "label": _run_label(baseline, orch_label),
+        # A pool is part of the label, so that the Pareto plot tells pools apart.
+        "label": _run_label(baseline, orch_label) + (f" pool[{','.join(subagent)}]" if isinstance(subagent, Mapping)
+                                                     else ""),
         "data": data_label,
         "orchestrator": orch_label,
         "subagent": _model_label(subagent),

@@ -174,7 +174,7 @@ def _value_grammar(kind: AgentKind, name: str, info: FieldInfo, limits: GrammarL
         item_base = typing.get_origin(item) or item
         if item_base is typing.Annotated:
             item_base = typing.get_args(item)[0]
-        if item_base is not str:
+        if item_base is not str and item_base is not Literal:
             raise fail("is a list of something other than strings")
         lo = int(bounds.get("min_length", 0))
         hi = bounds.get("max_length")
@@ -184,6 +184,9 @@ def _value_grammar(kind: AgentKind, name: str, info: FieldInfo, limits: GrammarL
         ib = _string_bounds(item)
         cap = min(int(ib.get("max_length", limits.string_param_chars)), limits.string_param_chars)
         element = '"\\"" ' + text_rule(cap, exclude='<"\\\n', first_nonspace=True) + ' "\\""'
+        if item_base is Literal:  # a closed set of names (offered tools): each one, quoted
+            choices = [str(v) for v in typing.get_args(item)]
+            element = "(" + " | ".join(lit(json.dumps(v)) for v in choices) + ")"
         if hi == 0:
             return '"[]"'
         more = f'(", " {element}){{{max(lo - 1, 0)},{int(hi) - 1}}}'

@@ -1,0 +1,163 @@
+"""Tools of MCP servers, through ``langchain-mcp-adapters`` (extra ``mcp``): stdio and streamable HTTP.
+
+The configuration is the usual ``{"mcpServers": {name: {...}}}`` shape (a dict or a JSON file): an entry with
+``command`` (and ``args``, ``env``, ``cwd``) is a stdio server, one with ``url`` a streamable-HTTP server
+(``"transport": "sse"`` for the older SSE transport). Each server's tools are listed when they are loaded,
+within a time bound, so a server that does not start or does not answer is a :class:`McpServerError` naming
+it — before anything runs. Each tool call opens its own session (the adapters' default), so a server that dies
+mid-run fails that call only (the tool agent shows the failure as an observation) and the next call starts it
+again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import os
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from langchain_core.tools import BaseTool
+
+from agents.errors import MasOrchestraError, MissingExtraError
+from agents.tools.toolset import ToolsetError
+
+__all__ = ["DEFAULT_LIST_TIMEOUT", "McpServerError", "aload_mcp_tools", "load_mcp_tools", "mcp_connections"]
+
+#: Seconds a server gets to start and list its tools.
+DEFAULT_LIST_TIMEOUT = 30.0
+
+
+class McpServerError(MasOrchestraError, RuntimeError):
+    """An MCP server could not be started or did not list its tools; ``server`` names it."""
+
+    def __init__(self, server: str, problem: str) -> None:
+        super().__init__(f"MCP server {server!r}: {problem}")
+        self.server = server
+
+
+def mcp_connections(config: Mapping[str, Any] | str | Path) -> dict[str, dict[str, Any]]:
+    """The adapters' connection dicts of a ``{"mcpServers": {...}}`` configuration (dict or JSON file path)."""
+    if isinstance(config, (str, Path)):
+        path = Path(config)
+        try:
+            config = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ToolsetError(f"MCP configuration {str(path)!r}: no such file") from None
+        except (OSError, ValueError) as exc:
+            raise ToolsetError(f"MCP configuration {str(path)!r}: not readable JSON ({exc})") from None
+    if not isinstance(config, Mapping):
+        raise ToolsetError(f"MCP configuration must be a JSON object, got {type(config).__name__}")
+    servers = config.get("mcpServers", config)
+    if not isinstance(servers, Mapping) or not servers:
+        raise ToolsetError('MCP configuration names no servers; write {"mcpServers": {"name": {"command": ...}}}')
+    connections: dict[str, dict[str, Any]] = {}
+    for name, entry in servers.items():
+        if not isinstance(entry, Mapping):
+            raise ToolsetError(f"MCP server {name!r}: its entry must be an object with 'command' or 'url'")
+        entry = dict(entry)
+        transport = str(entry.pop("transport", entry.pop("type", "")) or "").lower()
+        if "command" in entry:
+            args = entry.get("args", [])
+            if not isinstance(entry["command"], str) or not isinstance(args, list):
+                raise ToolsetError(f"MCP server {name!r}: 'command' must be a string and 'args' a list")
+            conn: dict[str, Any] = {"transport": "stdio", "command": entry["command"], "args": [str(a) for a in args]}
+            for key in ("env", "cwd"):
+                if entry.get(key) is not None:
+                    conn[key] = entry[key]
+        elif "url" in entry:
+            kind = "sse" if transport == "sse" else "streamable_http"
+            conn = {"transport": kind, "url": str(entry["url"])}
+            if entry.get("headers"):
+                conn["headers"] = dict(entry["headers"])
+        else:
+            raise ToolsetError(f"MCP server {name!r}: give 'command' (stdio) or 'url' (streamable HTTP)")
+        connections[str(name)] = conn
+    return connections
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost readable cause of a failure (task groups wrap it in exception groups)."""
+    while getattr(exc, "exceptions", None):  # an ExceptionGroup (a builtin from Python 3.11)
+        exc = exc.exceptions[0]  # type: ignore[attr-defined]
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _has_fileno(stream: Any) -> bool:
+    try:
+        stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
+        return False
+    return True
+
+
+def _ensure_server_stderr() -> None:
+    """Give stdio servers a stderr with a file descriptor.
+
+    ``mcp``'s ``stdio_client`` hands its ``errlog`` default — ``sys.stderr`` as it was when ``mcp`` was
+    imported — to the server process, and the adapters do not pass one. Under Jupyter (and pytest's capture)
+    that stream has no file descriptor and every server start fails with ``fileno``; the process's own stderr
+    (or, without one, the null device) is used instead.
+    """
+    from mcp.client import stdio
+
+    function = inspect.unwrap(stdio.stdio_client)  # under its asynccontextmanager wrapper
+    defaults = function.__defaults__ or ()
+    if defaults and not _has_fileno(defaults[0]):
+        fallback = sys.__stderr__ if _has_fileno(sys.__stderr__) else open(os.devnull, "w")  # noqa: SIM115
+        function.__defaults__ = (fallback,)
+
+
+async def aload_mcp_tools(
+    config: Mapping[str, Any] | str | Path, *, timeout: float = DEFAULT_LIST_TIMEOUT
+) -> list[BaseTool]:
+    """Start each configured server, list its tools within ``timeout`` seconds, and return them all."""
+    connections = mcp_connections(config)
+    try:
+        from langchain_mcp_adapters.client import MultiServerMCPClient
+    except ImportError as exc:
+        raise MissingExtraError("MCP tools", "mcp", "langchain-mcp-adapters") from exc
+    _ensure_server_stderr()
+    tools: list[BaseTool] = []
+    for name, conn in connections.items():
+        client = MultiServerMCPClient({name: conn})  # type: ignore[dict-item]
+        try:
+            listed = await asyncio.wait_for(client.get_tools(server_name=name), timeout)
+        except (asyncio.TimeoutError, TimeoutError):
+            raise McpServerError(name, f"did not start and list its tools within {timeout:g} s") from None
+        except Exception as exc:
+            raise McpServerError(name, f"could not be started or listed ({_reason(exc)}); check its "
+                                       f"command/url: {json.dumps(conn, default=str)[:300]}") from None
+        for tool in listed:
+            # The adapters turn a tool's error result into ordinary content; raised instead, it is recorded as a
+            # failed call (the agent log, the run's tool_errors) and still shown to the model as the observation.
+            tool.handle_tool_error = False
+        tools.extend(listed)
+    return tools
+
+
+def load_mcp_tools(config: Mapping[str, Any] | str | Path, *, timeout: float = DEFAULT_LIST_TIMEOUT) -> list[BaseTool]:
+    """:func:`aload_mcp_tools` from synchronous code (inside a running event loop it uses a worker thread)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(aload_mcp_tools(config, timeout=timeout))
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["tools"] = asyncio.run(aload_mcp_tools(config, timeout=timeout))
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=work, name="mcp-tools", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return list(box["tools"])

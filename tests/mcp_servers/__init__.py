@@ -1,0 +1,1 @@
+"""Small MCP servers the tests start (over stdio or streamable HTTP)."""
