@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_resume_kill import KILL_AFTER, NODES, command, served_requests
+from tests.test_resume_kill import KILL_AFTER, NODES, command, kill_after_nodes, served_requests
 from tests.test_server import report, start_katan
 
 pytest.importorskip("langgraph.checkpoint.postgres")
@@ -82,21 +81,7 @@ def test_kill_9_in_one_worker_then_another_worker_resumes_without_recalling_fini
     with start_katan(tmp_path, "--latency-ms", "600") as katan:
         reference = run_json(katan, URL, thread())
         killed = thread()
-        child = subprocess.Popen(command(katan, URL, killed), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                 env=ENV)
-        deadline = time.monotonic() + 60
-        try:
-            while len(finished(URL, killed)) < KILL_AFTER:
-                assert child.poll() is None, child.stderr.read().decode()[-3000:] if child.stderr else ""
-                assert time.monotonic() < deadline, "three nodes never finished"
-                time.sleep(0.05)
-            os.kill(child.pid, signal.SIGKILL)
-        finally:
-            if child.poll() is None:
-                child.kill()
-            child.wait(timeout=10)
-        assert child.returncode == -signal.SIGKILL
-        time.sleep(1.0)  # the request in flight at the kill ends on the server before we count
+        kill_after_nodes(command(katan, URL, killed), ENV, lambda: finished(URL, killed))
         done_at_kill = sorted(finished(URL, killed))
         at_kill = served_requests(katan)
         resumed = run_json(katan, URL, killed)  # a new worker process: nothing shared but the database

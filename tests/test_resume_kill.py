@@ -66,6 +66,24 @@ def command(katan: Katan, db: Path, thread_id: str) -> list[str]:
             "--thread", thread_id, "--db", str(db)]
 
 
+def kill_after_nodes(command_line: list[str], env: dict, finished_nodes) -> None:
+    """Start a worker running ``command_line`` and ``kill -9`` it once ``finished_nodes()`` holds KILL_AFTER nodes."""
+    child = subprocess.Popen(command_line, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    deadline = time.monotonic() + 60
+    try:
+        while len(finished_nodes()) < KILL_AFTER:
+            assert child.poll() is None, child.stderr.read().decode()[-3000:] if child.stderr else ""
+            assert time.monotonic() < deadline, "three nodes never finished"
+            time.sleep(0.02)
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait(timeout=10)
+    assert child.returncode == -signal.SIGKILL
+    time.sleep(1.0)  # let the request in flight at the kill end on the server, so it is not counted below
+
+
 def run_cli(katan: Katan, db: Path, thread_id: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(command(katan, db, thread_id), capture_output=True, text=True, env=env, timeout=120)
@@ -81,21 +99,7 @@ def test_kill_9_after_three_nodes_then_resume_requests_nothing_for_finished_node
         assert reference["status"] == "ok" and served_requests(katan) - before == NODES
 
         env = {**os.environ, "PYTHONPATH": str(REPO)}
-        child = subprocess.Popen(command(katan, db, "killed"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                 env=env)
-        deadline = time.monotonic() + 60
-        try:
-            while len(finished(db, "killed")) < KILL_AFTER:
-                assert child.poll() is None, child.stderr.read().decode()[-3000:] if child.stderr else ""
-                assert time.monotonic() < deadline, "three nodes never finished"
-                time.sleep(0.02)
-            os.kill(child.pid, signal.SIGKILL)
-        finally:
-            if child.poll() is None:
-                child.kill()
-            child.wait(timeout=10)
-        assert child.returncode == -signal.SIGKILL
-        time.sleep(1.0)  # let the request in flight at the kill end on the server, so it is not counted below
+        kill_after_nodes(command(katan, db, "killed"), env, lambda: finished(db, "killed"))
         done_at_kill = sorted(finished(db, "killed"))
         at_kill = served_requests(katan)
 
