@@ -106,8 +106,16 @@ def test_cheap_path_needs_no_worker(monkeypatch):
 def test_multi_answer_in_order():
     assert grade(r"\boxed{3} and \boxed{5}", ["3", "5"])
     assert grade(r"\boxed{\frac{6}{2}} \boxed{5.0}", ["3", "5"])
-    # Only the last len(truth) boxes count, so boxed intermediate work is allowed.
-    assert grade(r"scratch \boxed{1}; answers \boxed{3} \boxed{5}", ["3", "5"])
+
+
+def test_multi_answer_needs_exactly_one_box_per_answer():
+    # The original's rule: a boxed intermediate result (or an answer boxed twice) makes the row wrong,
+    # even when the last boxes are right.
+    assert not grade(r"scratch \boxed{1}; answers \boxed{3} \boxed{5}", ["3", "5"])
+    assert not grade(r"\boxed{3} \boxed{5} \boxed{5}", ["3", "5"])
+    assert not grade(r"scratch \boxed{1}; answers \boxed{3} \boxed{5}", ["3", "5"], "exact")
+    assert score(r"\boxed{x} \boxed{3} \boxed{5}", ["3", "5"], "f1") == 0.0
+    assert score(r"\boxed{3} \boxed{5}", ["3", "5"], "f1") == 1.0
 
 
 def test_multi_answer_out_of_order_or_missing():

@@ -144,6 +144,7 @@ def test_multi_answer_rows_grade_one_box_per_answer_in_order(tmp_path):
     assert not grade(r"\boxed{11} and \boxed{3}", truth, kind="math")  # order matters
     assert not grade(r"\boxed{3}", truth, kind="math")  # one box for two answers
     assert not grade(r"\boxed{3} \boxed{12}", truth, kind="math")  # all must be right
+    assert not grade(r"\boxed{7}, so \boxed{3} and \boxed{11}", truth, kind="math")  # a third box: wrong count
 
 
 def test_training_and_eval_read_the_source(tmp_path):

@@ -17,10 +17,9 @@ Kinds (``VALID_KINDS``):
 * ``"judge"``: an LLM (any object with ``invoke(messages)`` returning a message with ``.content``, e.g. a
   LangChain chat model) answers yes/no on (question, response, correct answer).
 
-Multi-answer truths (a list of strings, MASBench horizon/parallel): the prediction must contain at least
-``len(truth)`` ``\\boxed{}``; the LAST ``len(truth)`` boxes are compared with the truths in order and all
-must be correct (fewer boxes -> False). Taking the last ones lets a model show boxed intermediate work
-before its final answers. A one-element list is graded like a plain string. For ``"judge"`` the answers
+Multi-answer truths (a list of strings, MASBench horizon/parallel): the prediction must contain exactly
+``len(truth)`` ``\\boxed{}``, compared with the truths in order, all correct (fewer or more boxes -> False),
+which is the original's rule for its ``<<horizon>>`` rows. A one-element list is graded like a plain string. For ``"judge"`` the answers
 are shown to the judge as a numbered list.
 
 Modules: :mod:`~mas_orchestra.bench.grading.kinds` (the kinds and :func:`grade`/:func:`score`/:func:`agrade`),

@@ -30,13 +30,22 @@ Truth = str | Sequence[str]
 
 
 def _pairs_for(prediction: str, truths: list[str]) -> list[tuple[str, bool]] | None:
-    """(prediction part, is_boxed) per truth, or None when the prediction has too few boxes."""
+    """(prediction part, is_boxed) per truth, or None when a multi-answer prediction's box count is wrong."""
     if len(truths) == 1:
         return [(prediction, bool(extract_boxed(prediction)))]
+    boxes = _boxes_for_multi_answer(prediction, truths)
+    return None if boxes is None else [(b, True) for b in boxes]
+
+
+def _boxes_for_multi_answer(prediction: str, truths: list[str]) -> list[str] | None:
+    """The prediction's boxes when there is exactly one per truth, else None.
+
+    The original grades a multi-answer (``<<horizon>>``) row as wrong unless the response holds exactly as many
+    ``\\boxed{}`` as there are answers: a response that boxes an intermediate result as well, or one answer
+    twice, fails even if its last boxes are right. We grade the same way, so scores compare with the paper's.
+    """
     boxes = extract_boxed(prediction)
-    if len(boxes) < len(truths):
-        return None
-    return [(b, True) for b in boxes[-len(truths) :]]
+    return boxes if len(boxes) == len(truths) else None
 
 
 def _grade_math(prediction: str, truths: list[str], timeout: float) -> bool:
@@ -73,13 +82,11 @@ def _check(truth: Truth, kind: str) -> list[str]:
 
 
 def _per_part(prediction: str, truths: list[str]) -> list[tuple[str, str]] | None:
-    """(prediction part, truth) pairs for the non-math kinds; None if too few boxes."""
+    """(prediction part, truth) pairs for the non-math kinds; None if the box count is wrong."""
     if len(truths) == 1:
         return [(prediction, truths[0])]
-    boxes = extract_boxed(prediction)
-    if len(boxes) < len(truths):
-        return None
-    return list(zip(boxes[-len(truths) :], truths, strict=True))
+    boxes = _boxes_for_multi_answer(prediction, truths)
+    return None if boxes is None else list(zip(boxes, truths, strict=True))
 
 
 def grade(
@@ -93,8 +100,8 @@ def grade(
 ) -> bool:
     """Whether ``prediction`` answers correctly; see the module docstring for each kind.
 
-    ``truth`` is one answer or, for multi-answer tasks, a list that the prediction's last ``len(truth)``
-    boxes must match in order. ``timeout`` bounds Math-Verify (seconds, not counting a worker's one-off
+    ``truth`` is one answer or, for multi-answer tasks, a list: the prediction must hold exactly
+    ``len(truth)`` boxes, matching the answers in order (the original's rule for ``<<horizon>>`` rows). ``timeout`` bounds Math-Verify (seconds, not counting a worker's one-off
     start-up); a check that runs out of time grades False. ``question`` and ``judge`` are required for
     ``kind="judge"``; errors raised by the judge model propagate (an API failure is not a wrong answer).
     Raises ValueError for an unknown kind, an empty truth, or an mcq truth without a letter, and
@@ -129,7 +136,7 @@ def score(
     timeout: float = 5.0,
 ) -> float:
     """A number in [0, 1]: token F1 for ``kind="f1"`` (the mean over the answers of a multi-answer truth,
-    0 if boxes are missing), else 1.0 if ``grade`` says correct and 0.0 otherwise."""
+    0 unless there is exactly one box per answer), else 1.0 if ``grade`` says correct and 0.0 otherwise."""
     if kind == "f1":
         truths = _check(truth, kind)
         parts = _per_part("" if prediction is None else str(prediction), truths)
