@@ -141,6 +141,19 @@ class OrchestraGRPOConfig:
     log_rollouts: bool = field(default=True, metadata=_help(
         "append every rollout (step, question, completion text, status, reward, error) to "
         "<output_dir>/rollouts.jsonl"))
+    batched_rollouts: str = field(default="auto", metadata=_help(
+        "sample transformers rollouts through the batched decoder (a group's prompt prefilled once, rows leave "
+        "when done, grammar-forced text in one pass; training/rollouts.py): auto (on CPU; a GPU batches "
+        "model.generate well already) | true | false (model.generate)"))
+    shared_prefix: bool = field(default=True, metadata=_help(
+        "in the policy's forward, run each group's prompt once and only the completions per rollout (exact; "
+        "training/shared_prefix.py); off by itself under gradient checkpointing or with several processes"))
+    release_memory: bool = field(default=True, metadata=_help(
+        "CPU runs on glibc: give freed tensor memory back to the OS (large blocks mmapped, heap trimmed after "
+        "every step) so the resident size does not ratchet up across steps (training/allocator.py)"))
+    profile_phases: bool = field(default=False, metadata=_help(
+        "add profile/<phase>_s and profile/<phase>_peak_rss_mb (generate, reward, forward, backward, optimizer) "
+        "to every log entry (training/profiling.py)"))
     merge: bool = field(default=False, metadata=_help(
         "at the end, merge the LoRA adapter into the base model and save it to <output_dir>/merged"))
     seed: int = field(default=0, metadata=_help("random seed"))
@@ -181,6 +194,7 @@ class OrchestraGRPOConfig:
         choice("vllm_mode", ("colocate", "server"))
         choice("bf16", ("auto", "true", "false"))
         choice("gradient_checkpointing", ("auto", "true", "false"))
+        choice("batched_rollouts", ("auto", "true", "false"))
         for name in ("max_steps", "num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
                      "max_completion_length", "lora_r", "lora_alpha", "reward_concurrency", "logging_steps",
                      "save_steps", "vllm_tensor_parallel_size"):

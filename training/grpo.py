@@ -224,7 +224,7 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
     from mas_orchestra.bench.training_curve import compare_windows, curve_from_history
     from training.data import build_dataset, filter_long_prompts
     from training.rewards import make_outcome_reward, orchestra_registry
-    from training.trainer import CurvePlotter, OrchestraGRPOTrainer, StepTimer, peak_rss_mb
+    from training.trainer import CurvePlotter, HeapTrimmer, OrchestraGRPOTrainer, StepTimer, peak_rss_mb
 
     checkpoint = _checked_resume_checkpoint(cfg)
     cuda = torch.cuda.is_available()
@@ -258,19 +258,35 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM",
     )
     timer = StepTimer()
+    callbacks: list[Any] = [timer]
+    if cfg.release_memory and not cuda:
+        from training.allocator import release_freed_memory
+
+        if release_freed_memory():
+            callbacks.append(HeapTrimmer())
     plotter = CurvePlotter(cfg.output_dir)
     log.info("orchestrator %s, sub-agents %s, %d prompts, device %s", model_path, cfg.subagent, len(dataset),
              "cuda" if cuda else "cpu")
     validation = _validation_callback(cfg, reward_kwargs, registry, tokenizer)
     trainer = OrchestraGRPOTrainer(
         model=model_path, reward_funcs=[reward], args=args, train_dataset=dataset, processing_class=tokenizer,
-        peft_config=peft_config, callbacks=[timer, plotter] + ([validation] if validation else []),
+        peft_config=peft_config, callbacks=[*callbacks, plotter] + ([validation] if validation else []),
     )
     if validation is not None:
         validation.attach(trainer)
+    if cfg.profile_phases:
+        from training.profiling import profile_trainer
+
+        trainer.profiler = profile_trainer(trainer)
     if cfg.log_rollouts:
         trainer.rollout_log = Path(cfg.output_dir) / "rollouts.jsonl"
-    if constraint is not None and not cfg.use_vllm:
+    trainer.shared_prefix = cfg.shared_prefix
+    if _flag(cfg.batched_rollouts, not cuda) and not cfg.use_vllm:
+        from training.rollouts import install_batched_rollouts
+
+        stats = install_batched_rollouts(trainer.model, tokenizer, constraint)
+        trainer.decoding_stats = stats if constraint is not None else None
+    elif constraint is not None and not cfg.use_vllm:
         from mas_orchestra.models.decoding import constrain_generate
 
         trainer.decoding_stats = constrain_generate(trainer.model, tokenizer, constraint)
@@ -319,7 +335,8 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         "reward_curve": str(plotter.written.resolve()) if plotter.written else None,
         "rollouts": str((out / "rollouts.jsonl").resolve()) if cfg.log_rollouts else None,
         "step_times": timer.steps,
-        "peak_rss_mb": peak_rss_mb(),
+        # the profiler resets the kernel's peak mark at every phase: its own record is then the run's peak
+        "peak_rss_mb": max(peak_rss_mb(), trainer.profiler.overall_peak_mb if trainer.profiler else 0.0),
         "peak_cuda_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
         "wall_s": time.perf_counter() - started,
         "device": "cuda" if cuda else "cpu",

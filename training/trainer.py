@@ -33,7 +33,7 @@ from mas_orchestra.bench.training_curve import (
 from mas_orchestra.errors import MissingExtraError
 from training.rewards import RolloutRecord, summarize
 
-__all__ = ["CurvePlotter", "OrchestraGRPOTrainer", "StepTimer", "peak_rss_mb"]
+__all__ = ["CurvePlotter", "HeapTrimmer", "OrchestraGRPOTrainer", "StepTimer", "peak_rss_mb"]
 
 log = logging.getLogger("training.trainer")
 
@@ -54,6 +54,14 @@ class OrchestraGRPOTrainer(GRPOTrainer):
     #: Where every rollout (step, question, completion, status, reward, error) is appended as one JSON line;
     #: None = not kept. After a resume the steps past the checkpoint appear again: readers keep the last.
     rollout_log: Path | None = None
+    #: Run a group's shared prompt once in the policy's forward (training/shared_prefix.py) where that is exact.
+    shared_prefix: bool = False
+    #: A :class:`training.profiling.PhaseProfiler` whose per-phase time and peak RSS join every training log.
+    profiler: Any = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._shared_prefix_warned: set[str] = set()
 
     def _outcome_rewards(self) -> list[Any]:
         return [f for f in self.reward_funcs if hasattr(f, "pop_records")]
@@ -84,7 +92,41 @@ class OrchestraGRPOTrainer(GRPOTrainer):
             logs["constrained/closings"] = float(stats.closings)
             logs["constrained/forced_tokens"] = float(stats.forced_tokens)
             logs["constrained/mask_seconds"] = float(stats.mask_seconds)
+        if self.profiler is not None and self.model.training:
+            logs.update(self.profiler.pop_metrics())
         super().log(logs, start_time)
+
+    def _get_per_token_logps_and_entropies(self, model: Any, input_ids: Any, attention_mask: Any,
+                                           logits_to_keep: int, batch_size: int | None = None,
+                                           compute_entropy: bool = False, compute_aux_loss: bool = False,
+                                           **multimodal: Any) -> Any:
+        """TRL's per-token log-probabilities, with each group's prompt run once where that is exact."""
+        reason = self._shared_prefix_refusal(model, compute_aux_loss, multimodal)
+        if reason is not None:
+            if self.shared_prefix and reason not in self._shared_prefix_warned:
+                self._shared_prefix_warned.add(reason)
+                log.warning("shared-prefix forward off: %s; every row runs its whole prompt", reason)
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **multimodal)
+        from training.shared_prefix import shared_prefix_logps
+
+        with self.accelerator.autocast():
+            logps, entropies = shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep,
+                                                   self.temperature, compute_entropy)
+        return logps, entropies, None
+
+    def _shared_prefix_refusal(self, model: Any, compute_aux_loss: bool, multimodal: dict[str, Any]) -> str | None:
+        """Why the shared-prefix forward does not apply to this call (None: it does)."""
+        if not self.shared_prefix:
+            return "disabled"
+        if compute_aux_loss:
+            return "a mixture-of-experts auxiliary loss is requested"
+        if any(value is not None for value in multimodal.values()):
+            return "multimodal inputs"
+        from training.shared_prefix import shared_prefix_supported
+
+        return shared_prefix_supported(model)
 
     def _append_rollouts(self, records: list[RolloutRecord], ranks: list[int]) -> None:
         """Rank 0 appends the gathered rollouts of every rank (``rank``: which process executed it)."""
@@ -97,6 +139,15 @@ class OrchestraGRPOTrainer(GRPOTrainer):
             for record, rank in zip(records, ranks, strict=True):
                 line = {"step": step, "train": train, "rank": rank, **asdict(record)}
                 out.write(json.dumps(line, ensure_ascii=False) + "\n")
+
+
+class HeapTrimmer(TrainerCallback):
+    """Hands the heap's free pages back to the OS after every step (see :mod:`training.allocator`)."""
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        from training.allocator import trim_heap
+
+        trim_heap()
 
 
 class StepTimer(TrainerCallback):

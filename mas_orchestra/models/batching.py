@@ -73,6 +73,7 @@ class GenerationResult:
     prompt_tokens: int = 0
     cached_prompt_tokens: int = 0
     forward_passes: int = 0
+    end_token_id: int | None = None  # the end-of-text token that ended the row (not in token_ids), if one did
 
 
 @dataclass
@@ -321,7 +322,7 @@ class GenerationBatcher:
         appended: list[int] = []
         for t in chosen:
             if t in self.end_ids:
-                return _finish(row, "stop")
+                return _finish(row, "stop", end_token_id=t)
             row.generated.append(t)
             appended.append(t)
             if len(row.generated) >= request.max_new_tokens:
@@ -357,11 +358,11 @@ def _hits_stop(tokenizer: Any, generated: list[int], stops: tuple[str, ...]) -> 
     return any(s in text for s in stops)
 
 
-def _finish(row: _Row, reason: str) -> bool:
+def _finish(row: _Row, reason: str, end_token_id: int | None = None) -> bool:
     """Record the row's result (delivered by the worker once the step is over)."""
     row.result = GenerationResult(token_ids=list(row.generated), finish_reason=reason, prompt_tokens=row.prompt_len,
-                                  cached_prompt_tokens=row.cached,
-                                  forward_passes=row.passes)
+                                  cached_prompt_tokens=row.cached, forward_passes=row.passes,
+                                  end_token_id=end_token_id)
     return True
 
 

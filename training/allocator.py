@@ -1,0 +1,61 @@
+"""Keep a CPU training run's resident memory at what it uses, not at the highest it ever reached.
+
+On glibc, a freed block goes back to the heap it came from; torch frees and reallocates tensors of hundreds of
+MiB every step (activations, the rollouts' key/values), and with glibc's default the threshold above which a
+block is mmapped (and so returned to the OS on free) grows with every large free, up to 32 MiB on 64-bit.
+Blocks below it stay in the heap, fragment it, and the process keeps their pages: measured on the CPU learning
+recipe, the resident size between steps stayed at ~7 GiB although a step needs far less at its start.
+
+:func:`release_freed_memory` fixes the mmap threshold (so large tensors are always mmapped and their pages
+returned when freed) and :func:`trim_heap` hands the heap's free pages back after each step
+(``malloc_trim``). Both are no-ops where glibc is not the allocator (macOS, musl, jemalloc preloaded).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+from functools import lru_cache
+from typing import Any
+
+__all__ = ["MMAP_THRESHOLD_BYTES", "release_freed_memory", "trim_heap"]
+
+log = logging.getLogger(__name__)
+
+#: Blocks at least this large are mmapped: a 576-wide fp32 activation of ~450 tokens and up.
+MMAP_THRESHOLD_BYTES = 1 << 20
+_M_MMAP_THRESHOLD = -3  # mallopt parameter numbers from glibc's malloc.h
+_M_TRIM_THRESHOLD = -1
+
+
+@lru_cache(maxsize=1)
+def _glibc() -> Any:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        libc = ctypes.CDLL(name)
+    except OSError:
+        return None
+    if not all(hasattr(libc, fn) for fn in ("mallopt", "malloc_trim", "gnu_get_libc_version")):
+        return None  # not glibc
+    return libc
+
+
+def release_freed_memory(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
+    """Fix glibc's mmap threshold at ``threshold`` bytes (and the trim threshold with it); True if applied."""
+    libc = _glibc()
+    if libc is None:
+        return False
+    applied = bool(libc.mallopt(_M_MMAP_THRESHOLD, int(threshold))) and bool(
+        libc.mallopt(_M_TRIM_THRESHOLD, int(threshold)))
+    if applied:
+        log.info("glibc allocator: blocks >= %d KiB are mmapped and returned when freed", threshold // 1024)
+    return applied
+
+
+def trim_heap() -> bool:
+    """Return the heap's free pages to the OS (``malloc_trim(0)``); True if glibc released any."""
+    libc = _glibc()
+    return bool(libc.malloc_trim(0)) if libc is not None else False

@@ -1,0 +1,162 @@
+"""GRPO rollouts on a local model, sampled through the batched decoder instead of ``model.generate``.
+
+TRL samples a step's completions with one ``model.generate`` call over a left-padded batch in which every
+prompt of a group appears ``num_generations`` times. :func:`install_batched_rollouts` replaces that call
+(on the transformers model inside the PEFT wrapper, the one TRL's ``generate`` reaches) with the
+:class:`~mas_orchestra.models.batching.GenerationBatcher` of the inference path:
+
+* a group's prompt is prefilled once: the other rows of the group take its key/values from a prefix cache
+  that lives for this one call (the policy changes at every optimizer step, so nothing is kept across calls
+  and no row ever reads key/values of older weights);
+* rows decode together and leave the batch when they finish, so a short completion stops costing forward
+  passes;
+* under the orchestration grammar each row has its own matcher, and text the grammar forces is appended in
+  one forward pass (jump-forward) instead of one decode step per token.
+
+What TRL receives is what ``generate`` returns: the prompt batch as given, then each row's tokens, its
+end-of-text token when it stopped on one, right-padded with the pad token. TRL recomputes every
+log-probability from these ids with the training forward, so nothing about the loss changes; how the
+completions are sampled is the same distribution (temperature, top-p, the same grammar masks). Generation
+settings the batched decoder does not implement (top-k, min-p, a repetition penalty, beams, greedy decoding
+with ``do_sample=False`` is supported) fall back to ``model.generate``, with a warning once.
+
+Imports torch and transformers.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from mas_orchestra.models.batching import GenerationBatcher, GenerationRequest
+from mas_orchestra.models.decoding import (
+    ConstrainedLogitsProcessor,
+    DecodingStats,
+    grammar_compiler,
+    stop_token_ids,
+)
+from mas_orchestra.models.prefix_cache import PrefixCache
+
+__all__ = ["BATCHABLE_SETTINGS", "install_batched_rollouts"]
+
+log = logging.getLogger(__name__)
+
+#: A generation-config field and the values the batched decoder reproduces exactly.
+BATCHABLE_SETTINGS: dict[str, tuple[Any, ...]] = {
+    "top_k": (None, 0),
+    "min_p": (None, 0, 0.0),
+    "repetition_penalty": (None, 1, 1.0),
+    "num_beams": (None, 1),
+    "num_return_sequences": (None, 1),
+}
+#: Generous: one call's group prompts (a 2,000-token SmolLM2 prompt is ~90 MiB of key/values in fp32).
+_CALL_CACHE_BYTES = 2 * 2**30
+_STAT_FIELDS = ("rows", "stage_switches", "closings", "rejected_tokens", "forced_tokens", "mask_seconds")
+
+
+def _unsupported(config: Any, kwargs: dict[str, Any]) -> list[str]:
+    """What in this call the batched decoder cannot reproduce (empty: it can)."""
+    reasons = [f"{name}={getattr(config, name, None)!r}" for name, ok in BATCHABLE_SETTINGS.items()
+               if getattr(config, name, None) not in ok]
+    extra = sorted(k for k in kwargs if k not in ("input_ids", "attention_mask", "generation_config"))
+    if extra:
+        reasons.append("arguments " + ", ".join(extra))
+    return reasons
+
+
+def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None, *,
+                             jump_forward: bool = True) -> DecodingStats:
+    """Make every later ``generate`` of ``model`` (TRL's rollouts) decode through the batched decoder.
+
+    With a ``constraint`` each row decodes under its grammar (the staged, budget-fitted decoding of
+    :class:`~mas_orchestra.models.decoding.ConstrainedLogitsProcessor`). Returns the running
+    :class:`~mas_orchestra.models.decoding.DecodingStats` of all calls (zeros without a constraint).
+    """
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    original = type(inner).generate
+    totals = DecodingStats()
+    warned: set[str] = set()
+
+    def generate(*args: Any, **kwargs: Any) -> Any:
+        config = kwargs.get("generation_config") or inner.generation_config
+        reasons = _unsupported(config, kwargs) + (["positional arguments"] if args else [])
+        if reasons:
+            key = "; ".join(reasons)
+            if key not in warned:
+                warned.add(key)
+                log.warning("rollouts fall back to model.generate (%s is not batched)", key)
+            processors = list(kwargs.pop("logits_processor", None) or [])
+            if constraint is not None:
+                stops = stop_token_ids(getattr(config, "eos_token_id", None), tokenizer)
+                compiler = grammar_compiler(tokenizer, int(inner.config.vocab_size), stops)
+                processor = ConstrainedLogitsProcessor(constraint, tokenizer, compiler,
+                                                       max_new_tokens=getattr(config, "max_new_tokens", None))
+                processors.append(processor)
+            from transformers import LogitsProcessorList
+
+            try:
+                return original(inner, *args, logits_processor=LogitsProcessorList(processors), **kwargs)
+            finally:
+                if constraint is not None:
+                    _add_stats(totals, processor.stats)
+        return _batched_generate(inner, tokenizer, constraint, kwargs["input_ids"], kwargs.get("attention_mask"),
+                                 config, jump_forward, totals)
+
+    inner.generate = generate
+    return totals
+
+
+def _add_stats(totals: DecodingStats, stats: DecodingStats) -> None:
+    for name in _STAT_FIELDS:
+        setattr(totals, name, getattr(totals, name) + getattr(stats, name))
+
+
+def _batched_generate(inner: Any, tokenizer: Any, constraint: Any, input_ids: Any, attention_mask: Any,
+                      config: Any, jump_forward: bool, totals: DecodingStats) -> Any:
+    device = input_ids.device
+    max_new = int(config.max_new_tokens)
+    stops = stop_token_ids(getattr(config, "eos_token_id", None), tokenizer)
+    end_ids = {int(i) for i in stops}
+    pad_id = config.pad_token_id if config.pad_token_id is not None else tokenizer.pad_token_id
+    sampling = bool(getattr(config, "do_sample", False))
+    temperature = float(config.temperature or 1.0) if sampling else 0.0
+    top_p = float(config.top_p if config.top_p is not None else 1.0) if sampling else 1.0
+    # One cache per call: the group's rows share their prompt, and no later call (newer weights) can read it.
+    identity = f"rollouts:{id(inner)}:{torch.randint(0, 2**62, (1,)).item()}"
+    batcher = GenerationBatcher(inner, tokenizer, str(device), end_ids=end_ids, identity=identity,
+                                prefix_cache=PrefixCache(identity, _CALL_CACHE_BYTES),
+                                max_batch=max(1, int(input_ids.shape[0])))
+    compiler = grammar_compiler(tokenizer, int(inner.config.vocab_size), stops) if constraint is not None else None
+    requests, processors = [], []
+    mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
+    for row in range(int(input_ids.shape[0])):
+        prompt = input_ids[row][mask[row].bool()].unsqueeze(0)
+        processor = None
+        if constraint is not None:
+            processor = ConstrainedLogitsProcessor(constraint, tokenizer, compiler, max_new_tokens=max_new)
+            processors.append(processor)
+        # Seeds drawn from torch's generator: a run seeded by the trainer samples the same rollouts again.
+        seed = int(torch.randint(0, 2**62, (1,)).item())
+        requests.append(GenerationRequest(input_ids=prompt, max_new_tokens=max_new, temperature=temperature,
+                                          top_p=top_p, seed=seed, processor=processor, jump_forward=jump_forward))
+    try:
+        futures = [batcher.submit(request) for request in requests]
+        results = [future.result() for future in futures]
+    finally:
+        batcher.close()
+        for processor in processors:
+            _add_stats(totals, processor.stats)
+    rows = []
+    for result in results:
+        tokens = list(result.token_ids)
+        if result.end_token_id is not None:
+            tokens.append(int(result.end_token_id))
+        rows.append(tokens)
+    width = max((len(r) for r in rows), default=0)
+    completions = torch.full((len(rows), width), int(pad_id), dtype=input_ids.dtype, device=device)
+    for i, tokens in enumerate(rows):
+        if tokens:
+            completions[i, : len(tokens)] = torch.tensor(tokens, dtype=input_ids.dtype, device=device)
+    return torch.cat([input_ids, completions], dim=1)

@@ -1,0 +1,124 @@
+"""The policy's log-probabilities with a group's prompt run through the model once instead of once per rollout.
+
+A GRPO micro-batch holds several completions of the same prompt (``num_generations`` rollouts of one
+question). TRL's forward runs every row in full: on the CPU recipe a ~1,000-token prompt and a ~120-token
+completion, so most of the work — and of the activations kept for backward — repeats the same prompt.
+:func:`shared_prefix_logps` packs a group into one sequence, ``prompt, completion 1, …, completion k``, with
+an attention mask under which each completion sees the prompt and its own earlier tokens (never another
+completion) and position ids that continue the prompt for every completion, as in the row it came from. That is
+the same computation as the full forward of each row, up to floating-point rounding: tests compare
+log-probabilities, entropies and LoRA gradients with TRL's own path. The gradient from every completion flows
+into the one copy of the prompt, as it flowed into each row's copy.
+
+Because it is one ordinary forward (no key/value cache), it works with gradient checkpointing and under a DDP
+wrapper (one forward per backward). Log-probabilities are computed only at completion positions (TRL's fused
+head, on a CPU, scores every position of the full sequence). Rows whose prompts differ (ids or padding) form
+separate groups, packed side by side in the same sequence (a token never sees another group).
+
+Imports torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["pack_rows", "prompt_groups", "shared_prefix_logps", "shared_prefix_supported"]
+
+
+def prompt_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int) -> list[list[int]]:
+    """Row indices grouped by identical prompt (ids and mask of the first ``len - logits_to_keep`` columns)."""
+    prompt_len = int(input_ids.size(1)) - logits_to_keep
+    groups: dict[tuple[bytes, bytes], list[int]] = {}
+    prompts = input_ids[:, :prompt_len].cpu()
+    masks = attention_mask[:, :prompt_len].cpu()
+    for row in range(int(input_ids.size(0))):
+        key = (prompts[row].numpy().tobytes(), masks[row].numpy().tobytes())
+        groups.setdefault(key, []).append(row)
+    return list(groups.values())
+
+
+def shared_prefix_supported(model: Any) -> str | None:
+    """Why the shared-prefix forward cannot run on ``model`` (None: it can)."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if not callable(getattr(inner, "get_output_embeddings", None)) or inner.get_output_embeddings() is None:
+        return "the model has no output embeddings"
+    if getattr(inner.config, "sliding_window", None) and getattr(inner.config, "use_sliding_window", True):
+        return "the model attends through a sliding window (a packed group would change what each token sees)"
+    return None
+
+
+def _token_logps(logits: torch.Tensor, tokens: torch.Tensor, compute_entropy: bool
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probability of ``tokens`` under ``logits`` (already divided by the temperature), and the entropy."""
+    logps = torch.log_softmax(logits.float(), dim=-1)
+    chosen = logps.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    entropy = -(logps.exp() * logps).sum(-1) if compute_entropy else None
+    return chosen, entropy
+
+
+def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, mask_dtype: torch.dtype
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
+    """The whole micro-batch as one sequence: each group's prompt once, then its completions.
+
+    Returns ``(ids [1, T], additive mask [1, 1, T, T], position ids [1, T], predictors, rows)``: ``predictors``
+    holds, for every completion token in packed order, the index of the position that predicts it, and ``rows``
+    the original row of each packed completion. A token sees the earlier tokens of its own group's prompt and of
+    its own completion, nothing else. A prompt's padding is dropped (nothing attends to it in the full forward
+    either); positions are the full forward's own (``0 .. len-1`` over the padded row), so rotary embeddings
+    see the same numbers.
+    """
+    length = int(input_ids.size(1))
+    prompt_len = length - logits_to_keep
+    device = input_ids.device
+    pieces, positions, groups, blocks, predictors, rows = [], [], [], [], [], []
+    offset = 0
+    completion_pos = torch.arange(prompt_len, length, device=device)
+    for g, group in enumerate(prompt_groups(input_ids, attention_mask, logits_to_keep)):
+        keep = attention_mask[group[0], :prompt_len].bool()
+        prompt_ids = input_ids[group[0], :prompt_len][keep]
+        n_prompt, k = int(prompt_ids.numel()), len(group)
+        pieces += [prompt_ids, input_ids[group, prompt_len:].reshape(-1)]
+        positions += [torch.arange(prompt_len, device=device)[keep], completion_pos.repeat(k)]
+        groups.append(torch.full((n_prompt + k * logits_to_keep,), g, dtype=torch.long, device=device))
+        blocks += [torch.zeros(n_prompt, dtype=torch.long, device=device),
+                   torch.arange(1, k + 1, device=device).repeat_interleave(logits_to_keep)]
+        # completion j's token t is predicted at its token t-1; its first token at the prompt's last position
+        starts = offset + n_prompt + torch.arange(k, device=device) * logits_to_keep
+        predicted_at = starts.unsqueeze(1) + torch.arange(-1, logits_to_keep - 1, device=device).unsqueeze(0)
+        predicted_at[:, 0] = offset + n_prompt - 1
+        predictors.append(predicted_at.reshape(-1))
+        rows += group
+        offset += n_prompt + k * logits_to_keep
+    group_of, block_of = torch.cat(groups), torch.cat(blocks)
+    index = torch.arange(offset, device=device)
+    visible = ((index.unsqueeze(1) >= index.unsqueeze(0)) & (group_of.unsqueeze(1) == group_of.unsqueeze(0))
+               & ((block_of.unsqueeze(0) == 0) | (block_of.unsqueeze(0) == block_of.unsqueeze(1))))
+    mask = torch.zeros((offset, offset), dtype=mask_dtype, device=device)
+    mask.masked_fill_(~visible, torch.finfo(mask_dtype).min)
+    return (torch.cat(pieces).unsqueeze(0), mask[None, None], torch.cat(positions).unsqueeze(0),
+            torch.cat(predictors), rows)
+
+
+def shared_prefix_logps(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
+                        temperature: float, compute_entropy: bool = False
+                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token log-probabilities (and entropies) of the last ``logits_to_keep`` tokens of every row.
+
+    ``model`` is the (PEFT-wrapped) causal LM as TRL holds it; ``temperature`` divides the logits, as TRL's
+    fused head does. Returns ``[rows, logits_to_keep]`` tensors, like TRL's ``_get_per_token_logps_and_entropies``.
+    """
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    mask_dtype = inner.dtype if inner.dtype.is_floating_point else torch.float32
+    ids, mask, positions, predictors, rows = pack_rows(input_ids, attention_mask, logits_to_keep, mask_dtype)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=predictors,
+                use_cache=False)
+    targets = input_ids[rows, -logits_to_keep:].reshape(1, -1)
+    packed_logps, packed_entropy = _token_logps(out.logits / temperature, targets, compute_entropy)
+    # back to the micro-batch's row order
+    order = torch.empty(len(rows), dtype=torch.long, device=input_ids.device)
+    order[torch.tensor(rows, device=input_ids.device)] = torch.arange(len(rows), device=input_ids.device)
+    logps = packed_logps.reshape(len(rows), logits_to_keep)[order]
+    entropies = None if packed_entropy is None else packed_entropy.reshape(len(rows), logits_to_keep)[order]
+    return logps, entropies
