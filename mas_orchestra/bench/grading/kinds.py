@@ -7,7 +7,6 @@ import importlib.util
 from collections.abc import Sequence
 from typing import Any
 
-from agents.base import message_text
 from agents.errors import MissingExtraError
 from mas_orchestra.bench.grading.answers import (
     exact_match,
@@ -115,6 +114,8 @@ def grade(
     if kind == "judge":
         if question is None or judge is None:
             raise ValueError("kind='judge' needs question= and judge=")
+        from agents.base import message_text
+
         return parse_judge_reply(message_text(judge.invoke(judge_messages(question, prediction, truths))))
     parts = _per_part(prediction, truths)
     if parts is None:
@@ -161,6 +162,8 @@ async def agrade(
         truths = _check(truth, kind)
         if question is None or judge is None:
             raise ValueError("kind='judge' needs question= and judge=")
+        from agents.base import message_text
+
         messages = judge_messages(question, "" if prediction is None else str(prediction), truths)
         if hasattr(judge, "ainvoke"):
             reply = await judge.ainvoke(messages)
