@@ -46,9 +46,13 @@ class CallRecorder(BaseCallbackHandler):
         self._lock = threading.Lock()
 
     def on_chat_model_start(self, serialized: dict[str, Any], messages: list[list[Any]], *, run_id: UUID,
+                            tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
                             **kwargs: Any) -> None:
+        from mas_orchestra.runtime.usage import ORCHESTRATOR_TAG
+
+        node = "orchestrator" if ORCHESTRATOR_TAG in (tags or []) else str((metadata or {}).get("langgraph_node", "?"))
         with self._lock:
-            self._open[run_id] = {"messages": messages[0], "start": time.perf_counter()}
+            self._open[run_id] = {"messages": messages[0], "node": node, "start": time.perf_counter()}
 
     def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
         end = time.perf_counter()
@@ -149,7 +153,9 @@ def main() -> None:
         busy = sum(c["end"] - c["start"] for c in calls)
         ratio = wall / replay_wall if replay_wall else float("nan")
         ratios.append(ratio)
-        print(f"\n[{index + 1}/{args.repeat}] status {outcome.status.value}, answer {outcome.answer!r}")
+        kinds = ", ".join(f"{k}x{n}" for k, n in outcome.spec.agent_counts().items()) if outcome.spec else "no spec"
+        print(f"\n[{index + 1}/{args.repeat}] status {outcome.status.value}, answer {outcome.answer!r}, agents: "
+              f"{kinds or 'direct answer'}")
         print(f"  calls {len(calls)}, output tokens {tokens} (replay produced {replay_tokens}), "
               f"prompt tokens {sum(c['input_tokens'] for c in calls)} "
               f"({sum(c['cached'] for c in calls)} from the prefix cache)")
@@ -159,7 +165,8 @@ def main() -> None:
               f"{_most_in_flight(calls)} calls in flight; forward passes {sum(c['passes'] for c in calls)}, "
               f"grammar-forced tokens {sum(c['forced'] for c in calls)}")
         for n, call in enumerate(calls):
-            print(f"    call {n}: +{call['start'] - calls[0]['start']:6.1f} s, {call['end'] - call['start']:5.1f} s, "
+            print(f"    call {n} {call['node']:<12} +{call['start'] - calls[0]['start']:6.1f} s, "
+                  f"{call['end'] - call['start']:5.1f} s, "
                   f"in {call['input_tokens']:5d} (cached {call['cached']:5d}), out {call['output_tokens']:4d}, "
                   f"passes {call['passes']:4d}, forced {call['forced']:4d}")
     if len(ratios) > 1:
