@@ -100,8 +100,9 @@ def grade(
     """Whether ``prediction`` answers correctly; see the module docstring for each kind.
 
     ``truth`` is one answer or, for multi-answer tasks, a list: the prediction must hold exactly
-    ``len(truth)`` boxes, matching the answers in order (the original's rule for ``<<horizon>>`` rows). ``timeout`` bounds Math-Verify (seconds, not counting a worker's one-off
-    start-up); a check that runs out of time grades False. ``question`` and ``judge`` are required for
+    ``len(truth)`` boxes, matching the answers in order (the original's rule for ``<<horizon>>`` rows).
+    ``timeout`` bounds Math-Verify (seconds, not counting a worker's one-off start-up); a check that runs out
+    of time grades False. ``question`` and ``judge`` are required for
     ``kind="judge"``; errors raised by the judge model propagate (an API failure is not a wrong answer).
     Raises ValueError for an unknown kind, an empty truth, or an mcq truth without a letter, and
     ImportError (``pip install 'mas-orchestra[grading]'``) if kind="math" needs Math-Verify and it is
