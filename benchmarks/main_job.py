@@ -100,7 +100,8 @@ def run_job(question: str, seed: int) -> tuple[float, list[dict[str, Any]], Any]
 
 
 def replay(bundle: Any, calls: list[dict[str, Any]]) -> tuple[float, int]:
-    """Raw ``model.generate`` of each call's prompt, one after another, exactly its output token count."""
+    """Raw ``model.generate`` of each call's prompt, one after another, exactly its output token count (each
+    call's seconds go to ``call["replay_s"]``)."""
     import torch
 
     from mas_orchestra.models.hf_chat import _to_chat_dicts
@@ -115,7 +116,8 @@ def replay(bundle: Any, calls: list[dict[str, Any]]) -> tuple[float, int]:
             started = time.perf_counter()
             out = model.generate(**enc, max_new_tokens=n, min_new_tokens=n, do_sample=False,
                                  pad_token_id=tok.pad_token_id)
-            total += time.perf_counter() - started
+            call["replay_s"] = time.perf_counter() - started
+            total += call["replay_s"]
         produced += int(out.shape[1] - enc["input_ids"].shape[1])
     return total, produced
 
@@ -166,7 +168,7 @@ def main() -> None:
               f"grammar-forced tokens {sum(c['forced'] for c in calls)}")
         for n, call in enumerate(calls):
             print(f"    call {n} {call['node']:<12} +{call['start'] - calls[0]['start']:6.1f} s, "
-                  f"{call['end'] - call['start']:5.1f} s, "
+                  f"{call['end'] - call['start']:5.1f} s (replay {call['replay_s']:5.1f} s), "
                   f"in {call['input_tokens']:5d} (cached {call['cached']:5d}), out {call['output_tokens']:4d}, "
                   f"passes {call['passes']:4d}, forced {call['forced']:4d}")
     if len(ratios) > 1:
