@@ -3,25 +3,32 @@
 This layer imports no other layer of mas-orchestra; each block works alone as a LangGraph node.
 """
 
-from agents.base import (
-    Agent,
-    AgentResult,
-    CallLimiter,
-    CallSettings,
-    ModelUsage,
-    Params,
-    SubAgentError,
-    SubAgentFormatError,
-    Usage,
-    ask,
-    parse_reply,
-)
-from agents.cot import CoTAgent
-from agents.debate import DebateAgent
-from agents.errors import MasOrchestraError, MissingExtraError
-from agents.normalize import normalize_answer
-from agents.reflexion import ReflexionAgent
-from agents.self_consistency import SCAgent
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agents.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from agents.base import (
+        Agent,
+        AgentResult,
+        CallLimiter,
+        CallSettings,
+        ModelUsage,
+        Params,
+        SubAgentError,
+        SubAgentFormatError,
+        Usage,
+        ask,
+        parse_reply,
+    )
+    from agents.cot import CoTAgent
+    from agents.debate import DebateAgent
+    from agents.errors import MasOrchestraError, MissingExtraError
+    from agents.normalize import normalize_answer
+    from agents.reflexion import ReflexionAgent
+    from agents.self_consistency import SCAgent
 
 __all__ = [
     "Agent",
@@ -43,3 +50,15 @@ __all__ = [
     "normalize_answer",
     "parse_reply",
 ]
+
+# Imported on first use: the strategies pull in LangChain, which a bare ``import agents.errors`` does not need.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "agents.base": ["Agent", "AgentResult", "CallLimiter", "CallSettings", "ModelUsage", "Params", "SubAgentError",
+                    "SubAgentFormatError", "Usage", "ask", "parse_reply"],
+    "agents.cot": ["CoTAgent"],
+    "agents.debate": ["DebateAgent"],
+    "agents.errors": ["MasOrchestraError", "MissingExtraError"],
+    "agents.normalize": ["normalize_answer"],
+    "agents.reflexion": ["ReflexionAgent"],
+    "agents.self_consistency": ["SCAgent"],
+})

@@ -30,6 +30,8 @@ SCRIPTS = {
     "constrained": ("benchmarks/constrained_decoding.py", ["--compile-only", "--caps", "1,2,4,8"], ["--n", "5"]),
     # batched vs one-call-at-a-time generation, prefix-cache TTFT, SC wall, jump-forward (embedded model)
     "batched": ("benchmarks/batched_generation.py", ["--quick"], []),
+    # `mas-orchestra [SUBCOMMAND] --help` start-up in fresh processes against `python -c pass`
+    "cli_startup": ("benchmarks/cli_startup.py", ["--repeat", "3"], []),
 }
 KEY_COLUMNS = ("wall_s", "critical_path_s", "sequential_s", "speedup_vs_sequential", "ours_us", "bare_langgraph_us",
                "parse_xml_ms", "validate_ms", "compile_ms", "us_per_node", "added_us_per_node", "added_ms_per_run",

@@ -6,8 +6,9 @@ from typing import Any
 
 from langgraph.graph.state import CompiledStateGraph
 
+from mas_orchestra.builtin_kinds import BASELINE_KINDS
 from mas_orchestra.compile import compile_spec
-from mas_orchestra.registry import BASELINE_DEBATE_ROLES, BASELINE_KINDS, default_registry
+from mas_orchestra.registry import BASELINE_DEBATE_ROLES, default_registry
 from mas_orchestra.spec import GraphSpec, spec_from_data
 
 __all__ = ["BASELINES", "DEFAULT_DEBATE_ROLES", "baseline_graph", "baseline_spec"]

@@ -1,17 +1,27 @@
 """mas-orchestra: holistic multi-agent orchestration compiled to LangGraph."""
 
-from mas_orchestra.errors import (
-    CompileError,
-    ConstrainedDecodingError,
-    GrammarError,
-    MasOrchestraError,
-    MissingExtraError,
-    SpecError,
-)
-from mas_orchestra.registry import AgentRegistry, default_registry, register_agent
-from mas_orchestra.settings import RunSettings
-from mas_orchestra.spec import AgentNode, Edge, GraphSpec, parse_orchestration, parse_spec
-from mas_orchestra.status import Status
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agents.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from mas_orchestra.compile import compile_spec
+    from mas_orchestra.errors import (
+        CompileError,
+        ConstrainedDecodingError,
+        GrammarError,
+        MasOrchestraError,
+        MissingExtraError,
+        SpecError,
+    )
+    from mas_orchestra.registry import AgentRegistry, default_registry, register_agent
+    from mas_orchestra.runtime.orchestra import Orchestra
+    from mas_orchestra.runtime.outcome import Outcome
+    from mas_orchestra.settings import RunSettings
+    from mas_orchestra.spec import AgentNode, Edge, GraphSpec, parse_orchestration, parse_spec
+    from mas_orchestra.status import Status
 
 __all__ = [
     "AgentNode",
@@ -35,14 +45,16 @@ __all__ = [
     "register_agent",
 ]
 
-
-_LAZY = {"compile_spec": "mas_orchestra.compile", "Orchestra": "mas_orchestra.runtime.orchestra",
-         "Outcome": "mas_orchestra.runtime.outcome"}
-
-
-def __getattr__(name: str) -> object:  # these import LangGraph: load them on first use
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'mas_orchestra' has no attribute {name!r}")
+# Imported on first use: the registry, the spec models and the runtime load LangChain, pydantic and LangGraph,
+# which ``mas-orchestra --help`` (``import mas_orchestra.cli``) does not need.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "mas_orchestra.compile": ["compile_spec"],
+    "mas_orchestra.errors": ["CompileError", "ConstrainedDecodingError", "GrammarError", "MasOrchestraError",
+                             "MissingExtraError", "SpecError"],
+    "mas_orchestra.registry": ["AgentRegistry", "default_registry", "register_agent"],
+    "mas_orchestra.runtime.orchestra": ["Orchestra"],
+    "mas_orchestra.runtime.outcome": ["Outcome"],
+    "mas_orchestra.settings": ["RunSettings"],
+    "mas_orchestra.spec": ["AgentNode", "Edge", "GraphSpec", "parse_orchestration", "parse_spec"],
+    "mas_orchestra.status": ["Status"],
+})

@@ -25,7 +25,6 @@ from agents.self_consistency import SCAgent, SCParams
 
 __all__ = [
     "BASELINE_DEBATE_ROLES",
-    "BASELINE_KINDS",
     "AgentKind",
     "AgentRegistry",
     "BuildContext",
@@ -217,10 +216,8 @@ BUILTIN_KINDS = (
 )
 
 default_registry = AgentRegistry(BUILTIN_KINDS)
+# Their names are also listed in mas_orchestra.builtin_kinds (for the command line, without loading the agents).
 
-#: The single-agent baselines (the paper's CoT / SC / Reflexion / Debate / Search rows): one per built-in
-#: agent kind, run alone on the whole question. ``graphs.baselines`` builds them and the eval runs them.
-BASELINE_KINDS: tuple[str, ...] = tuple(kind.name for kind in BUILTIN_KINDS)
 #: The roles of the debate baseline's debaters.
 BASELINE_DEBATE_ROLES: tuple[str, ...] = ("Careful solver", "Critical reviewer")
 

@@ -50,7 +50,8 @@ async def _orchestra_eval(rows, out_dir, **kwargs):
 def test_constants_come_from_runtime_grading_and_registry():
     from graphs.baselines import BASELINES, baseline_spec
     from mas_orchestra.bench.grading import VALID_KINDS
-    from mas_orchestra.registry import BASELINE_KINDS
+    from mas_orchestra.builtin_kinds import BASELINE_KINDS
+    from mas_orchestra.registry import BUILTIN_KINDS
     from mas_orchestra.runtime import Status
 
     # eval runs have no checkpointer, so no run of theirs can pause for approval ("interrupted")
@@ -58,6 +59,7 @@ def test_constants_come_from_runtime_grading_and_registry():
     assert "interrupted" not in ev.STATUSES
     assert ev.GRADERS is VALID_KINDS
     assert ev.BASELINE_KINDS is BASELINE_KINDS and BASELINES is BASELINE_KINDS
+    assert tuple(kind.name for kind in BUILTIN_KINDS) == BASELINE_KINDS  # the light copy names the kinds
     for kind in BASELINES:
         assert runner._baseline_spec(kind, None) == baseline_spec(kind)
     assert runner._baseline_spec("cot", 0.0).nodes[0].params == {"temperature": 0.0}

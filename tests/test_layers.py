@@ -24,6 +24,45 @@ def test_core_imports_no_heavy_packages(package):
     assert proc.stdout.strip() == "", f"{package} imported {proc.stdout.strip()}"
 
 
+
+# What a command imports only when it runs: ``--help`` and argument errors stay at argparse level (fast start-up).
+LOADED_WHEN_RUN = (*HEAVY, "langgraph", "langchain_core", "langsmith", "pydantic", "numpy", "pandas", "starlette",
+                   "uvicorn", "matplotlib", "xgrammar")
+SUBCOMMANDS = ["validate", "draw", "convert", "schema", "plot-training", "run", "eval", "pareto", "masbench",
+               "masbench generate", "masbench verify", "studio"]
+
+
+def _cli_in_fresh_process(argv):
+    code = (
+        "import sys\n"
+        "from mas_orchestra.cli import main\n"
+        "try:\n"
+        f"    main({argv!r})\n"
+        "except SystemExit as exc:\n"
+        "    print('exit', exc.code)\n"
+        f"print('loaded', ','.join(sorted({{m.split('.')[0] for m in sys.modules}} & set({LOADED_WHEN_RUN!r}))))\n"
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+
+
+@pytest.mark.parametrize("command", ["", *SUBCOMMANDS])
+def test_help_imports_only_argparse_level_modules(command):
+    proc = _cli_in_fresh_process([*command.split(), "--help"])
+    assert proc.returncode == 0, proc.stderr
+    assert f"usage: mas-orchestra {command}".rstrip() in proc.stdout
+    assert "exit 0" in proc.stdout
+    assert proc.stdout.strip().endswith("loaded"), f"mas-orchestra {command} --help imported {proc.stdout.split()[-1]}"
+
+
+def test_bad_arguments_stay_clear_without_the_runtime():
+    proc = _cli_in_fresh_process(["eval", "--data", "x.jsonl", "--baseline", "nope"])
+    assert "exit 2" in proc.stdout
+    assert "argument --baseline: invalid choice: 'nope'" in proc.stderr and "'cot'" in proc.stderr
+    assert proc.stdout.strip().endswith("loaded"), proc.stdout
+    proc = _cli_in_fresh_process(["run"])
+    assert "exit 2" in proc.stdout and "the following arguments are required: question" in proc.stderr
+
+
 def _imports(path):
     tree = ast.parse(path.read_text(encoding="utf-8"))
     for node in ast.walk(tree):
@@ -110,3 +149,15 @@ def test_no_module_is_over_500_lines():
     sizes = {str(path.relative_to(REPO)): len(path.read_text(encoding="utf-8").splitlines())
              for package in ORDER for path in (REPO / package).rglob("*.py")}
     assert {name: n for name, n in sizes.items() if n > 500} == {}
+
+
+def test_lazy_exports_load_on_first_use_and_refuse_submodule_names():
+    import agents
+    from agents.lazy import lazy_exports
+    from agents.self_consistency import SCAgent
+
+    assert agents.SCAgent is SCAgent and "SCAgent" in dir(agents)
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        agents.Nope  # noqa: B018
+    with pytest.raises(ValueError, match="templates named like a submodule"):
+        lazy_exports("pkg", {"pkg.templates": ["templates"]})

@@ -9,9 +9,24 @@
 - :mod:`~mas_orchestra.runtime.cli`: ``mas-orchestra run``.
 """
 
-from mas_orchestra.runtime.execute import execute_spec
-from mas_orchestra.runtime.orchestra import DEFAULT_CONSTRAINED_MAX_TOKENS, Orchestra
-from mas_orchestra.runtime.outcome import Outcome, whole_response_answer
-from mas_orchestra.status import Status
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agents.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from mas_orchestra.runtime.execute import execute_spec
+    from mas_orchestra.runtime.orchestra import DEFAULT_CONSTRAINED_MAX_TOKENS, Orchestra
+    from mas_orchestra.runtime.outcome import Outcome, whole_response_answer
+    from mas_orchestra.status import Status
 
 __all__ = ["DEFAULT_CONSTRAINED_MAX_TOKENS", "Orchestra", "Outcome", "Status", "execute_spec", "whole_response_answer"]
+
+# Imported on first use: they load LangGraph, which ``mas-orchestra run --help`` (this package's cli) does not need.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "mas_orchestra.runtime.execute": ["execute_spec"],
+    "mas_orchestra.runtime.orchestra": ["DEFAULT_CONSTRAINED_MAX_TOKENS", "Orchestra"],
+    "mas_orchestra.runtime.outcome": ["Outcome", "whole_response_answer"],
+    "mas_orchestra.status": ["Status"],
+})

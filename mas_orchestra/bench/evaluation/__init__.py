@@ -51,19 +51,24 @@ Layout of this package (its public names are re-exported here):
 
 from __future__ import annotations
 
-from mas_orchestra.bench.evaluation.cli import add_cli
-from mas_orchestra.bench.evaluation.common import (
-    BASELINE_KINDS,
-    GRADERS,
-    STATUSES,
-    ConfigMismatchError,
-    EvalInputError,
-    load_rows,
-)
-from mas_orchestra.bench.evaluation.plots import discover_run_dirs, pareto_plot
-from mas_orchestra.bench.evaluation.runner import aevaluate, evaluate
-from mas_orchestra.bench.evaluation.storage import read_results
-from mas_orchestra.bench.evaluation.summary import format_summary, summarize
+from typing import TYPE_CHECKING
+
+from agents.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from mas_orchestra.bench.evaluation.cli import add_cli
+    from mas_orchestra.bench.evaluation.common import (
+        BASELINE_KINDS,
+        GRADERS,
+        STATUSES,
+        ConfigMismatchError,
+        EvalInputError,
+        load_rows,
+    )
+    from mas_orchestra.bench.evaluation.plots import discover_run_dirs, pareto_plot
+    from mas_orchestra.bench.evaluation.runner import aevaluate, evaluate
+    from mas_orchestra.bench.evaluation.storage import read_results
+    from mas_orchestra.bench.evaluation.summary import format_summary, summarize
 
 __all__ = [
     "BASELINE_KINDS",
@@ -81,3 +86,14 @@ __all__ = [
     "read_results",
     "summarize",
 ]
+
+# Imported on first use: the runner loads the runtime (LangGraph), which ``mas-orchestra eval --help`` does not need.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "mas_orchestra.bench.evaluation.cli": ["add_cli"],
+    "mas_orchestra.bench.evaluation.common": ["BASELINE_KINDS", "GRADERS", "STATUSES", "ConfigMismatchError",
+                                              "EvalInputError", "load_rows"],
+    "mas_orchestra.bench.evaluation.plots": ["discover_run_dirs", "pareto_plot"],
+    "mas_orchestra.bench.evaluation.runner": ["aevaluate", "evaluate"],
+    "mas_orchestra.bench.evaluation.storage": ["read_results"],
+    "mas_orchestra.bench.evaluation.summary": ["format_summary", "summarize"],
+})

@@ -10,9 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from mas_orchestra.bench.evaluation.common import BASELINE_KINDS, GRADERS, PARETO_FILE, SUMMARY_FILE, EvalInputError
-from mas_orchestra.bench.evaluation.plots import pareto_plot
-from mas_orchestra.bench.evaluation.runner import evaluate
-from mas_orchestra.bench.evaluation.summary import format_summary
 from mas_orchestra.bench.masbench.official import is_official_source, parse_official_source
 from mas_orchestra.errors import MissingExtraError
 
@@ -60,6 +57,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else _default_out(args.data)
     info = sys.stderr if args.json else sys.stdout  # --json keeps stdout pure JSON
     print(f"run directory: {out}", file=info, flush=True)
+    from mas_orchestra.bench.evaluation.runner import evaluate
+    from mas_orchestra.bench.evaluation.summary import format_summary
     from mas_orchestra.offers import subagent_from_args
 
     errors = _input_errors()
@@ -88,6 +87,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_pareto(args: argparse.Namespace) -> int:
+    from mas_orchestra.bench.evaluation.plots import pareto_plot
+
     dirs = [Path(d) for d in args.dirs]
     missing = [str(d) for d in dirs if not (d / SUMMARY_FILE).is_file()]
     if missing:

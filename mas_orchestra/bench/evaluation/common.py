@@ -12,8 +12,8 @@ from typing import Any
 from mas_orchestra.bench.datasets import read_rows
 from mas_orchestra.bench.grading import VALID_KINDS
 from mas_orchestra.bench.masbench.official import is_official_source, load_official_source
+from mas_orchestra.builtin_kinds import BASELINE_KINDS as _BASELINE_KINDS
 from mas_orchestra.errors import DataError, MasOrchestraError
-from mas_orchestra.registry import BASELINE_KINDS as _BASELINE_KINDS
 from mas_orchestra.status import Status
 
 __all__ = [

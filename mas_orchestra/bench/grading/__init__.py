@@ -19,8 +19,8 @@ Kinds (``VALID_KINDS``):
 
 Multi-answer truths (a list of strings, MASBench horizon/parallel): the prediction must contain exactly
 ``len(truth)`` ``\\boxed{}``, compared with the truths in order, all correct (fewer or more boxes -> False),
-which is the original's rule for its ``<<horizon>>`` rows. A one-element list is graded like a plain string. For ``"judge"`` the answers
-are shown to the judge as a numbered list.
+which is the original's rule for its ``<<horizon>>`` rows. A one-element list is graded like a plain string.
+For ``"judge"`` the answers are shown to the judge as a numbered list.
 
 Modules: :mod:`~mas_orchestra.bench.grading.kinds` (the kinds and :func:`grade`/:func:`score`/:func:`agrade`),
 :mod:`~mas_orchestra.bench.grading.answers` (answer extraction and normalisation, the judge prompt) and

@@ -7,7 +7,6 @@ import importlib.util
 from collections.abc import Sequence
 from typing import Any
 
-from agents.base import message_text
 from agents.errors import MissingExtraError
 from mas_orchestra.bench.grading.answers import (
     exact_match,
@@ -101,8 +100,9 @@ def grade(
     """Whether ``prediction`` answers correctly; see the module docstring for each kind.
 
     ``truth`` is one answer or, for multi-answer tasks, a list: the prediction must hold exactly
-    ``len(truth)`` boxes, matching the answers in order (the original's rule for ``<<horizon>>`` rows). ``timeout`` bounds Math-Verify (seconds, not counting a worker's one-off
-    start-up); a check that runs out of time grades False. ``question`` and ``judge`` are required for
+    ``len(truth)`` boxes, matching the answers in order (the original's rule for ``<<horizon>>`` rows).
+    ``timeout`` bounds Math-Verify (seconds, not counting a worker's one-off start-up); a check that runs out
+    of time grades False. ``question`` and ``judge`` are required for
     ``kind="judge"``; errors raised by the judge model propagate (an API failure is not a wrong answer).
     Raises ValueError for an unknown kind, an empty truth, or an mcq truth without a letter, and
     ImportError (``pip install 'mas-orchestra[grading]'``) if kind="math" needs Math-Verify and it is
@@ -115,6 +115,8 @@ def grade(
     if kind == "judge":
         if question is None or judge is None:
             raise ValueError("kind='judge' needs question= and judge=")
+        from agents.base import message_text
+
         return parse_judge_reply(message_text(judge.invoke(judge_messages(question, prediction, truths))))
     parts = _per_part(prediction, truths)
     if parts is None:
@@ -161,6 +163,8 @@ async def agrade(
         truths = _check(truth, kind)
         if question is None or judge is None:
             raise ValueError("kind='judge' needs question= and judge=")
+        from agents.base import message_text
+
         messages = judge_messages(question, "" if prediction is None else str(prediction), truths)
         if hasattr(judge, "ainvoke"):
             reply = await judge.ainvoke(messages)

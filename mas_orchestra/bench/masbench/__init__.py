@@ -27,7 +27,11 @@ has its own ``random.Random`` seeded from (seed, axis, split, value, index), so 
 other values or a larger ``n`` are generated alongside it.
 """
 
-from mas_orchestra.bench.masbench.calculator import MasbenchCalculator, TwoRoundCalculator
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agents.lazy import lazy_exports
 from mas_orchestra.bench.masbench.cli import add_cli, read_jsonl, write_jsonl
 from mas_orchestra.bench.masbench.generation import generate
 from mas_orchestra.bench.masbench.graph import (
@@ -44,6 +48,9 @@ from mas_orchestra.bench.masbench.graph import (
 )
 from mas_orchestra.bench.masbench.templates import SPLIT_TEXT, TEMPLATES, SplitText, Template, templates
 from mas_orchestra.bench.masbench.verification import verify
+
+if TYPE_CHECKING:
+    from mas_orchestra.bench.masbench.calculator import MasbenchCalculator, TwoRoundCalculator
 
 __all__ = [
     "AXES",
@@ -69,3 +76,9 @@ __all__ = [
     "verify",
     "write_jsonl",
 ]
+
+# Imported on first use: the calculator is a LangChain chat model, which ``mas-orchestra masbench --help`` and the
+# eval's official-data reader do not need.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "mas_orchestra.bench.masbench.calculator": ["MasbenchCalculator", "TwoRoundCalculator"],
+})
