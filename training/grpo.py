@@ -257,6 +257,10 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
         target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM",
     )
+    if not cuda:
+        from mas_orchestra.models.batching import prefer_grouped_query_attention
+
+        prefer_grouped_query_attention("cpu")  # the packed training forward has a mask too
     timer = StepTimer()
     callbacks: list[Any] = [timer]
     if cfg.release_memory and not cuda:

@@ -26,6 +26,7 @@ Imports torch and transformers.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import torch
@@ -141,6 +142,7 @@ def _batched_generate(inner: Any, tokenizer: Any, constraint: Any, input_ids: An
         seed = int(torch.randint(0, 2**62, (1,)).item())
         requests.append(GenerationRequest(input_ids=prompt, max_new_tokens=max_new, temperature=temperature,
                                           top_p=top_p, seed=seed, processor=processor, jump_forward=jump_forward))
+    started = time.perf_counter()
     try:
         futures = [batcher.submit(request) for request in requests]
         results = [future.result() for future in futures]
@@ -148,6 +150,10 @@ def _batched_generate(inner: Any, tokenizer: Any, constraint: Any, input_ids: An
         batcher.close()
         for processor in processors:
             _add_stats(totals, processor.stats)
+    log.info("rollouts: %d rows in %.1f s, %d forward passes at most per row, prompts %d tokens (%d from the "
+             "group's prefill), %d tokens generated", len(results), time.perf_counter() - started,
+             max(r.forward_passes for r in results), sum(r.prompt_tokens for r in results),
+             sum(r.cached_prompt_tokens for r in results), sum(len(r.token_ids) for r in results))
     rows = []
     for result in results:
         tokens = list(result.token_ids)
