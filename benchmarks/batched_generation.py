@@ -9,7 +9,9 @@ together), on the embedded SmolLM2-135M-Instruct, greedy unless said otherwise:
 * time to first token of the orchestrator prompt (``mas_orchestra.prompts.orchestrator_prompt``) with and
   without the prefix cache (the cache is warmed with another question: only the question differs);
 * an SC agent with 5 samples (the main job's most common concurrent pattern), wall before/after;
-* a constrained orchestrator call with and without jump-forward (forward passes and wall).
+* a constrained orchestrator call with and without jump-forward (forward passes and wall);
+* precision: the orchestrator prompt's prefill in float32 vs bf16, a decode step in float32 vs bf16 autocast,
+  and whether greedy text changes (``--parts precision``).
 
     HF_HUB_OFFLINE=1 python benchmarks/batched_generation.py [--quick] [--threads 1]
 
@@ -141,12 +143,60 @@ def jump_forward(threads: int, tokens: int) -> dict[str, Any]:
     return out
 
 
+def precision(threads: int, tokens: int, repeats: int) -> dict[str, Any]:
+    """Prefill and decode in float32 vs bf16 on this CPU: the orchestrator prompt's uncached prefill (time to
+    first token) with ``prefill_precision`` float32 vs bfloat16, one-token decode steps of the raw model in
+    float32 vs under bf16 autocast, and whether the greedy orchestration text stays the same."""
+    import torch
+    from transformers import DynamicCache
+
+    from mas_orchestra.models.hf_chat import load_embedded_chat_model
+    from mas_orchestra.models.precision import cpu_has_native_bf16
+    from mas_orchestra.prompts import orchestrator_prompt
+
+    out: dict[str, Any] = {"native_bf16": cpu_has_native_bf16()}
+    texts = {}
+    for name in ("float32", "bfloat16"):
+        model = load_embedded_chat_model(temperature=0.0, max_new_tokens=1, torch_threads=threads,
+                                         prefix_caching=False, prefill_precision=name)
+        model.invoke(orchestrator_prompt("What is 2 plus 2?"))  # warm-up
+        times = []
+        for i in range(repeats):
+            t = time.perf_counter()
+            reply = model.invoke(orchestrator_prompt(f"What is {i + 3} plus {i + 11}?"))
+            times.append(time.perf_counter() - t)
+        out[f"prefill_{name}_s"] = statistics.median(times)
+        out["prompt_tokens"] = reply.usage_metadata["input_tokens"]
+        texts[name] = model.invoke(orchestrator_prompt("What is 12 times 7?"), max_new_tokens=tokens).content
+    out["prefill_ratio"] = out["prefill_bfloat16_s"] / out["prefill_float32_s"]
+    out["same_greedy_text"] = texts["float32"] == texts["bfloat16"]
+    raw = load_embedded_chat_model()._load().model
+    with torch.inference_mode():
+        for name, dtype in (("float32", None), ("bfloat16", torch.bfloat16)):
+            cache = DynamicCache()
+            raw(input_ids=torch.randint(100, 1000, (1, 512)), use_cache=True, cache=cache, logits_to_keep=1)
+            steps = []
+            for _ in range(16):
+                token = torch.randint(100, 1000, (1, 1))
+                t = time.perf_counter()
+                with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+                    raw(input_ids=token, use_cache=True, cache=cache, logits_to_keep=1)
+                steps.append(time.perf_counter() - t)
+                if dtype is not None:  # keep the cache in float32 for the next step, as decoding does
+                    for layer in cache.layers:
+                        layer.keys, layer.values = layer.keys.float(), layer.values.float()
+            out[f"decode_{name}_ms"] = 1000 * statistics.median(steps)
+    out["decode_ratio"] = out["decode_bfloat16_ms"] / out["decode_float32_ms"]
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="32 new tokens, batch 1/4 only, 1 TTFT repeat")
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: shared machines)")
-    parser.add_argument("--parts", default="throughput,ttft,sc,jump", help="comma list of the parts to run")
+    parser.add_argument("--parts", default="throughput,ttft,sc,jump,precision",
+                        help="comma list of the parts to run")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     tokens = 32 if args.quick else args.tokens
@@ -167,6 +217,13 @@ def main() -> None:
         print(f"SC agent, 5 samples: {s['before_s']:.1f} s for {s['before_tokens']} tokens ({s['before_calls']} calls) "
               f"one call at a time, {s['after_s']:.1f} s for {s['after_tokens']} tokens ({s['after_calls']} calls) "
               f"batched; seconds per token ratio {s['ratio']:.2f}", flush=True)
+    if "precision" in parts:
+        p = precision(args.threads, tokens, 1 if args.quick else 3)
+        print(f"precision (native bf16: {p['native_bf16']}): orchestrator prefill ({p['prompt_tokens']} tokens) "
+              f"float32 {p['prefill_float32_s']:.2f} s, bf16 {p['prefill_bfloat16_s']:.2f} s (ratio "
+              f"{p['prefill_ratio']:.2f}); decode step float32 {p['decode_float32_ms']:.0f} ms, bf16 autocast "
+              f"{p['decode_bfloat16_ms']:.0f} ms (ratio {p['decode_ratio']:.2f}); same greedy text: "
+              f"{p['same_greedy_text']}", flush=True)
     if "jump" in parts:
         j = jump_forward(args.threads, 3 * tokens)
         print(f"constrained orchestration: jump-forward off {j['off_s']:.2f} s, on {j['on_s']:.2f} s (ratio {j['ratio']:.2f});"

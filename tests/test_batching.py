@@ -113,7 +113,9 @@ def models():  # type: ignore[no-untyped-def]
         pytest.skip("embedded model not installed")
     from mas_orchestra.models.hf_chat import load_embedded_chat_model
 
-    batched = load_embedded_chat_model(temperature=0.0, max_new_tokens=20, torch_threads=1)
+    # float32 prefill: these tests compare batched replies token for token with model.generate's
+    batched = load_embedded_chat_model(temperature=0.0, max_new_tokens=20, torch_threads=1,
+                                       prefill_precision="float32")
     sequential = load_embedded_chat_model(temperature=0.0, max_new_tokens=20, torch_threads=1, batching=False)
     return batched, sequential
 

@@ -1,7 +1,7 @@
 """The CPU learning recipe really learns: the outcome reward of its last steps beats its first steps.
 
-One run of ``recipes/cpu_learning.yaml`` takes 15-20 minutes on 2 idle cores, too long for CI's budget next to
-the rest of the suite, so these tests carry the ``learning`` marker, which the default ``addopts`` deselect.
+One run of ``recipes/cpu_learning.yaml`` takes about 8 minutes on 2 idle cores (two seeds: 16), too long for
+CI's budget next to the rest of the suite, so these tests carry the ``learning`` marker, which the default ``addopts`` deselect.
 Run them with::
 
     HF_HUB_OFFLINE=1 .venv/bin/python -m pytest -m learning tests/test_learning.py

@@ -145,9 +145,10 @@ class OrchestraGRPOConfig:
         "sample transformers rollouts through the batched decoder (a group's prompt prefilled once, rows leave "
         "when done, grammar-forced text in one pass; training/rollouts.py): auto (on CPU; a GPU batches "
         "model.generate well already) | true | false (model.generate)"))
-    shared_prefix: bool = field(default=True, metadata=_help(
-        "in the policy's forward, run each group's prompt once and only the completions per rollout (exact; "
-        "training/shared_prefix.py); off by itself under gradient checkpointing or with several processes"))
+    shared_prefix: str = field(default="auto", metadata=_help(
+        "in the policy's forward, pack each group into one sequence (its prompt once, then every completion; "
+        "exact, training/shared_prefix.py): auto (on CPU; packed micro-batches of at most 8,192 tokens) | "
+        "true | false (TRL's row-by-row forward)"))
     release_memory: bool = field(default=True, metadata=_help(
         "CPU runs on glibc: give freed tensor memory back to the OS (large blocks mmapped, heap trimmed after "
         "every step) so the resident size does not ratchet up across steps (training/allocator.py)"))
@@ -195,6 +196,7 @@ class OrchestraGRPOConfig:
         choice("bf16", ("auto", "true", "false"))
         choice("gradient_checkpointing", ("auto", "true", "false"))
         choice("batched_rollouts", ("auto", "true", "false"))
+        choice("shared_prefix", ("auto", "true", "false"))
         for name in ("max_steps", "num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
                      "max_completion_length", "lora_r", "lora_alpha", "reward_concurrency", "logging_steps",
                      "save_steps", "vllm_tensor_parallel_size"):

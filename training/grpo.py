@@ -284,7 +284,7 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         trainer.profiler = profile_trainer(trainer)
     if cfg.log_rollouts:
         trainer.rollout_log = Path(cfg.output_dir) / "rollouts.jsonl"
-    trainer.shared_prefix = cfg.shared_prefix
+    trainer.shared_prefix = _flag(cfg.shared_prefix, not cuda)
     if _flag(cfg.batched_rollouts, not cuda) and not cfg.use_vllm:
         from training.rollouts import install_batched_rollouts
 

@@ -10,6 +10,9 @@ prompt of a group appears ``num_generations`` times. :func:`install_batched_roll
   and no row ever reads key/values of older weights);
 * rows decode together and leave the batch when they finish, so a short completion stops costing forward
   passes;
+* prompts are prefilled in float32, so the rollouts sample exactly the policy being trained;
+  ``MAS_PREFILL_DTYPE=auto`` (or ``bfloat16``) opts into a bf16 prefill on a CPU with native bf16
+  (:mod:`mas_orchestra.models.precision`), which makes them, like vLLM's bf16 samples, slightly off-policy;
 * under the orchestration grammar each row has its own matcher, and text the grammar forces is appended in
   one forward pass (jump-forward) instead of one decode step per token.
 
@@ -26,6 +29,7 @@ Imports torch and transformers.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
@@ -38,6 +42,7 @@ from mas_orchestra.models.decoding import (
     grammar_compiler,
     stop_token_ids,
 )
+from mas_orchestra.models.precision import PREFILL_DTYPE_ENV_VAR, resolve_prefill_dtype
 from mas_orchestra.models.prefix_cache import PrefixCache
 
 __all__ = ["BATCHABLE_SETTINGS", "install_batched_rollouts"]
@@ -130,6 +135,8 @@ def _batched_generate(inner: Any, tokenizer: Any, constraint: Any, input_ids: An
                                 prefix_cache=PrefixCache(identity, _CALL_CACHE_BYTES),
                                 max_batch=max(1, int(input_ids.shape[0])))
     compiler = grammar_compiler(tokenizer, int(inner.config.vocab_size), stops) if constraint is not None else None
+    # float32 unless MAS_PREFILL_DTYPE asks otherwise: the rollouts sample the policy being trained exactly
+    prefill_dtype = resolve_prefill_dtype(str(device), inner.dtype, os.environ.get(PREFILL_DTYPE_ENV_VAR) or "float32")
     requests, processors = [], []
     mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
     for row in range(int(input_ids.shape[0])):
@@ -141,7 +148,8 @@ def _batched_generate(inner: Any, tokenizer: Any, constraint: Any, input_ids: An
         # Seeds drawn from torch's generator: a run seeded by the trainer samples the same rollouts again.
         seed = int(torch.randint(0, 2**62, (1,)).item())
         requests.append(GenerationRequest(input_ids=prompt, max_new_tokens=max_new, temperature=temperature,
-                                          top_p=top_p, seed=seed, processor=processor, jump_forward=jump_forward))
+                                          top_p=top_p, seed=seed, processor=processor, jump_forward=jump_forward,
+                                          prefill_dtype=prefill_dtype))
     started = time.perf_counter()
     try:
         futures = [batcher.submit(request) for request in requests]

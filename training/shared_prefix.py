@@ -24,7 +24,11 @@ from typing import Any
 
 import torch
 
-__all__ = ["pack_rows", "prompt_groups", "shared_prefix_logps", "shared_prefix_supported"]
+__all__ = ["MAX_PACKED_TOKENS", "pack_rows", "prompt_groups", "shared_prefix_logps", "shared_prefix_supported"]
+
+#: Longest packed micro-batch: its additive attention mask is dense (tokens² entries; 8,192 tokens = 256 MiB
+#: in float32), so longer ones fall back to TRL's row-by-row forward.
+MAX_PACKED_TOKENS = 8192
 
 
 def prompt_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int) -> list[list[int]]:

@@ -102,6 +102,13 @@ class OrchestraGRPOTrainer(GRPOTrainer):
                                            **multimodal: Any) -> Any:
         """TRL's per-token log-probabilities, with each group's prompt run once where that is exact."""
         reason = self._shared_prefix_refusal(model, compute_aux_loss, multimodal)
+        if reason is None:
+            from training.shared_prefix import MAX_PACKED_TOKENS
+
+            packed = int(input_ids.size(1)) + (int(input_ids.size(0)) - 1) * logits_to_keep  # an upper bound
+            if packed > MAX_PACKED_TOKENS:
+                reason = (f"a packed micro-batch of up to {packed} tokens exceeds {MAX_PACKED_TOKENS} (its dense "
+                          "attention mask grows with the square)")
         if reason is not None:
             if self.shared_prefix and reason not in self._shared_prefix_warned:
                 self._shared_prefix_warned.add(reason)

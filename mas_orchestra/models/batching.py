@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mas_orchestra.errors import GrammarError, MasOrchestraError
+from mas_orchestra.models.precision import MIN_BF16_PREFILL_TOKENS, cast_cache, prefill_autocast
 from mas_orchestra.models.threads import torch_threads
 
 __all__ = [
@@ -69,6 +70,7 @@ class GenerationRequest:
     processor: Any = None  # a ConstrainedLogitsProcessor, used for this request only
     use_prefix_cache: bool = True
     jump_forward: bool = True  # append grammar-forced runs in one forward pass
+    prefill_dtype: Any = None  # e.g. torch.bfloat16: prefill under autocast (mas_orchestra.models.precision)
     threads: int | None = None
     future: Future[GenerationResult] = field(default_factory=Future)
 
@@ -284,9 +286,13 @@ class GenerationBatcher:
             hit = self.prefix_cache.lookup(self.identity, ids[0], max_length=n - 1)
         start = hit.length if hit else 0
         cache: Any = DynamicCache(ddp_cache_data=hit.layers) if hit else DynamicCache()
-        out = self.model(input_ids=ids[:, start:], use_cache=True, logits_to_keep=1,
-                         position_ids=torch.arange(start, n, device=ids.device).unsqueeze(0),
-                         **{self._cache_arg: cache})
+        low_precision = request.prefill_dtype if n - start >= MIN_BF16_PREFILL_TOKENS else None
+        with prefill_autocast(low_precision):
+            out = self.model(input_ids=ids[:, start:], use_cache=True, logits_to_keep=1,
+                             position_ids=torch.arange(start, n, device=ids.device).unsqueeze(0),
+                             **{self._cache_arg: cache})
+        if low_precision is not None:  # decode (and the prefix cache) in the model's own precision
+            cast_cache(cache, self.model.dtype)
         if request.use_prefix_cache and self.prefix_cache is not None:
             self.prefix_cache.store(self.identity, ids[0], [(layer.keys, layer.values) for layer in cache.layers])
         generator = None

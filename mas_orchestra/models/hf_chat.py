@@ -35,6 +35,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import PrivateAttr
 
 from mas_orchestra.models.embedded import SMOLLM2_CHAT_TEMPLATE, embedded_model_dir, require_torch_transformers
+from mas_orchestra.models.precision import resolve_prefill_dtype
 from mas_orchestra.models.threads import default_torch_threads, torch_threads
 
 logger = logging.getLogger(__name__)
@@ -190,6 +191,11 @@ class HFChatModel(BaseChatModel):
     busy processes, ``1`` avoids OpenMP oversubscription, which can slow the default
     (all cores) by an order of magnitude.
 
+    ``prefill_precision`` (``auto`` | ``float32`` | ``bfloat16``; ``None``: ``MAS_PREFILL_DTYPE``, else
+    ``auto``) picks the precision of batched prompt prefills: ``auto`` prefills long prompts of a float32
+    model in bf16 on a CPU with native bf16 and decodes in float32 (:mod:`mas_orchestra.models.precision`);
+    ``float32`` keeps every step bit-for-bit in the model's precision.
+
     Seeded sampling (``seed=``) is reproducible: each request samples from its own generator, so
     the same seed gives the same reply whatever other requests share its batch (the tokens differ
     from ``batching=False``, which seeds torch's global generator for ``model.generate``).
@@ -204,6 +210,7 @@ class HFChatModel(BaseChatModel):
     batching: bool = True
     prefix_caching: bool = True
     jump_forward: bool = True
+    prefill_precision: str | None = None  # auto | float32 | bfloat16; None: MAS_PREFILL_DTYPE, else auto
 
     _bundle: _LoadedModel | None = PrivateAttr(default=None)
 
@@ -311,6 +318,7 @@ class HFChatModel(BaseChatModel):
             input_ids=enc["input_ids"], max_new_tokens=max_new, temperature=temperature, top_p=top_p,
             seed=None if seed is None else int(seed), stop_strings=tuple(s for s in (stop or []) if s),
             processor=processor, use_prefix_cache=self.prefix_caching, jump_forward=self.jump_forward,
+            prefill_dtype=resolve_prefill_dtype(bundle.device, bundle.model.dtype, self.prefill_precision),
             threads=threads,
         )
         return batcher.submit(request)

