@@ -12,6 +12,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # Local prefills in float32 on every machine: tests compare batched replies token for token with
 # model.generate, and `auto` would prefill in bf16 on CPUs with native bf16 (tests/test_precision.py sets it).
 os.environ.setdefault("MAS_PREFILL_DTYPE", "float32")
+# No prompt prefixes on disk: a test's first call must not find key/values another test run left
+# (tests/test_prefix_store.py turns the store on in a temporary folder).
+os.environ.setdefault("MAS_PREFIX_STORE_MB", "0")
 # Tracing is tested explicitly against a local endpoint; never send anything by accident.
 for _var in ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2"):
     os.environ.pop(_var, None)

@@ -294,7 +294,8 @@ class GenerationBatcher:
         if low_precision is not None:  # decode (and the prefix cache) in the model's own precision
             cast_cache(cache, self.model.dtype)
         if request.use_prefix_cache and self.prefix_cache is not None:
-            self.prefix_cache.store(self.identity, ids[0], [(layer.keys, layer.values) for layer in cache.layers])
+            self.prefix_cache.store(self.identity, ids[0], [(layer.keys, layer.values) for layer in cache.layers],
+                                    reused=start)
         generator = None
         if request.seed is not None:
             generator = torch.Generator(device=ids.device)

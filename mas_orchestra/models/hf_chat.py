@@ -68,6 +68,7 @@ class _LoadedModel:
 
                 from mas_orchestra.models.batching import GenerationBatcher, supports_batching
                 from mas_orchestra.models.prefix_cache import PrefixCache, prefix_cache_bytes
+                from mas_orchestra.models.prefix_store import PrefixStore, weights_fingerprint
 
                 try:
                     batchable = supports_batching(DynamicCache(config=self.model.config))
@@ -82,6 +83,12 @@ class _LoadedModel:
                                            getattr(self.tokenizer, "name_or_path", ""), len(self.tokenizer))
                 )
                 self.prefix_cache = PrefixCache(identity, prefix_cache_bytes())
+                store = PrefixStore(identity, weights_fingerprint(self.path))
+                if store.enabled and self.prefix_cache.max_bytes > 0:
+                    self.prefix_cache.persister = store
+                    loaded = store.load_into(self.prefix_cache)
+                    if loaded:
+                        logger.info("%s: %d prompt prefix(es) loaded from %s", self.path, loaded, store.folder)
                 end_ids = {self.tokenizer.eos_token_id, self.tokenizer.pad_token_id} | set(
                     _as_list(getattr(self.model.generation_config, "eos_token_id", None))
                 )

@@ -15,6 +15,7 @@ Tensors are treated as values: nothing writes into a stored tensor (the decode l
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections import OrderedDict
@@ -24,6 +25,8 @@ from typing import Any
 from mas_orchestra.errors import MasOrchestraError
 
 __all__ = ["PREFIX_CACHE_ENV_VAR", "PrefixCache", "PrefixCacheError", "PrefixHit", "prefix_cache_bytes"]
+
+log = logging.getLogger(__name__)
 
 PREFIX_CACHE_ENV_VAR = "MAS_PREFIX_CACHE_MB"
 DEFAULT_PREFIX_CACHE_MB = 256
@@ -77,6 +80,8 @@ class PrefixCache:
         self._next_key = 0
         self._bytes = 0
         self._lock = threading.Lock()
+        #: Where long prompts are also written for later processes (None: memory only).
+        self.persister: Any = None
 
     @property
     def nbytes(self) -> int:
@@ -121,8 +126,13 @@ class PrefixCache:
             layers = [(k[:, :, :best_len], v[:, :, :best_len]) for k, v in entry.layers]
         return PrefixHit(length=best_len, layers=layers)
 
-    def store(self, identity: str, tokens: Any, layers: list[tuple[Any, Any]]) -> bool:
-        """Keep the key/values of ``tokens`` (skipped when short, too large or already covered)."""
+    def store(self, identity: str, tokens: Any, layers: list[tuple[Any, Any]], *, reused: int = 0,
+              persist: bool = True) -> bool:
+        """Keep the key/values of ``tokens`` (skipped when short, too large or already covered).
+
+        With a :attr:`persister` (a :class:`~mas_orchestra.models.prefix_store.PrefixStore`) a kept prompt is
+        also written to disk when ``persist`` and less than half of it came from the cache (``reused`` tokens).
+        """
         if identity != self.identity or self.max_bytes <= 0 or len(tokens) < MIN_STORED_TOKENS:
             return False
         tokens = tokens.reshape(-1).cpu()
@@ -141,4 +151,9 @@ class PrefixCache:
             while self._bytes > self.max_bytes and self._entries:
                 _, evicted = self._entries.popitem(last=False)
                 self._bytes -= evicted.nbytes
+        if persist and self.persister is not None and reused * 2 < n:
+            try:
+                self.persister.save(tokens, kept)
+            except OSError as exc:  # a full or read-only disk costs the next process a prefill, nothing more
+                log.warning("prefix store: cannot write (%s)", exc)
         return True
