@@ -213,3 +213,19 @@ def test_phase_profiler_charges_the_innermost_phase(monkeypatch) -> None:  # typ
         assert metrics["profile/generate_peak_rss_mb"] >= metrics["profile/step_start_rss_mb"] + 60
         assert metrics["profile/forward_peak_rss_mb"] < metrics["profile/generate_peak_rss_mb"]
     assert profiler.pop_metrics().keys() == {"profile/step_start_rss_mb", "profile/peak_exact"}
+
+
+def test_settings_passed_as_arguments_are_batched_like_generate(tiny, caplog) -> None:  # type: ignore[no-untyped-def]
+    from training.rollouts import install_batched_rollouts
+
+    tokenizer = tiny[1]
+    ids, mask = _left_padded(tokenizer, ["Count to three."])
+    model = _peft(tiny, fused=False)
+    install_batched_rollouts(model, tokenizer)
+    with caplog.at_level("WARNING", logger="training.rollouts"):
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=5, num_return_sequences=3,
+                             do_sample=True, temperature=1.0, top_p=1.0, pad_token_id=tokenizer.pad_token_id,
+                             use_cache=True)
+    assert "fall back" not in caplog.text  # the validation runner's call shape stays on the batched path
+    assert out.shape[0] == 3 and out.shape[1] <= ids.shape[1] + 5 + 1
+    assert torch.equal(out[:, : ids.shape[1]], ids.repeat(3, 1))

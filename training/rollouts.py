@@ -20,14 +20,16 @@ What TRL receives is what ``generate`` returns: the prompt batch as given, then 
 end-of-text token when it stopped on one, right-padded with the pad token. TRL recomputes every
 log-probability from these ids with the training forward, so nothing about the loss changes; how the
 completions are sampled is the same distribution (temperature, top-p, the same grammar masks). Generation
-settings the batched decoder does not implement (top-k, min-p, a repetition penalty, beams, greedy decoding
-with ``do_sample=False`` is supported) fall back to ``model.generate``, with a warning once.
+settings the batched decoder does not implement (top-k, min-p, a repetition penalty, beams) fall back to
+``model.generate``, with a warning once; greedy decoding (``do_sample=False``) and ``num_return_sequences`` are
+batched. Settings may come in the generation config or as keyword arguments, as ``generate`` takes them.
 
 Imports torch and transformers.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import time
@@ -55,26 +57,42 @@ BATCHABLE_SETTINGS: dict[str, tuple[Any, ...]] = {
     "min_p": (None, 0, 0.0),
     "repetition_penalty": (None, 1, 1.0),
     "num_beams": (None, 1),
-    "num_return_sequences": (None, 1),
 }
 #: Generous: one call's group prompts (a 2,000-token SmolLM2 prompt is ~90 MiB of key/values in fp32).
 _CALL_CACHE_BYTES = 2 * 2**30
 _STAT_FIELDS = ("rows", "stage_switches", "closings", "rejected_tokens", "forced_tokens", "mask_seconds")
 
 
-def _unsupported(config: Any, kwargs: dict[str, Any]) -> list[str]:
+def _effective_config(base: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """``base`` with the generation settings passed as keyword arguments applied (``generate(max_new_tokens=…)``
+    as the validation runner calls it), and the keyword arguments that are not settings."""
+    config = copy.deepcopy(base)
+    rest = {}
+    for name, value in kwargs.items():
+        if name in ("input_ids", "attention_mask", "logits_processor"):
+            continue
+        if hasattr(config, name):
+            setattr(config, name, value)
+        else:
+            rest[name] = value
+    return config, rest
+
+
+def _unsupported(config: Any, rest: dict[str, Any]) -> list[str]:
     """What in this call the batched decoder cannot reproduce (empty: it can)."""
     reasons = [f"{name}={getattr(config, name, None)!r}" for name, ok in BATCHABLE_SETTINGS.items()
                if getattr(config, name, None) not in ok]
-    extra = sorted(k for k in kwargs if k not in ("input_ids", "attention_mask", "generation_config"))
-    if extra:
-        reasons.append("arguments " + ", ".join(extra))
+    if getattr(config, "max_new_tokens", None) is None:
+        reasons.append("max_new_tokens=None")
+    if rest:
+        reasons.append("arguments " + ", ".join(sorted(rest)))
     return reasons
 
 
 def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None, *,
                              jump_forward: bool = True) -> DecodingStats:
-    """Make every later ``generate`` of ``model`` (TRL's rollouts) decode through the batched decoder.
+    """Make every later ``generate`` of ``model`` (TRL's rollouts, the validation runner's samples) decode
+    through the batched decoder.
 
     With a ``constraint`` each row decodes under its grammar (the staged, budget-fitted decoding of
     :class:`~mas_orchestra.models.decoding.ConstrainedLogitsProcessor`). Returns the running
@@ -86,29 +104,32 @@ def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None,
     warned: set[str] = set()
 
     def generate(*args: Any, **kwargs: Any) -> Any:
-        config = kwargs.get("generation_config") or inner.generation_config
-        reasons = _unsupported(config, kwargs) + (["positional arguments"] if args else [])
-        if reasons:
-            key = "; ".join(reasons)
-            if key not in warned:
-                warned.add(key)
-                log.warning("rollouts fall back to model.generate (%s is not batched)", key)
-            processors = list(kwargs.pop("logits_processor", None) or [])
-            if constraint is not None:
-                stops = stop_token_ids(getattr(config, "eos_token_id", None), tokenizer)
-                compiler = grammar_compiler(tokenizer, int(inner.config.vocab_size), stops)
-                processor = ConstrainedLogitsProcessor(constraint, tokenizer, compiler,
-                                                       max_new_tokens=getattr(config, "max_new_tokens", None))
-                processors.append(processor)
-            from transformers import LogitsProcessorList
+        config, rest = _effective_config(kwargs.pop("generation_config", None) or inner.generation_config, kwargs)
+        reasons = _unsupported(config, rest) + (["positional arguments"] if args else [])
+        if not reasons:
+            return _batched_generate(inner, tokenizer, constraint, kwargs["input_ids"], kwargs.get("attention_mask"),
+                                     config, jump_forward, totals)
+        key = "; ".join(reasons)
+        if key not in warned:
+            warned.add(key)
+            log.warning("rollouts fall back to model.generate (%s is not batched)", key)
+        processors = list(kwargs.pop("logits_processor", None) or [])
+        processor = None
+        if constraint is not None:
+            stops = stop_token_ids(getattr(config, "eos_token_id", None), tokenizer)
+            compiler = grammar_compiler(tokenizer, int(inner.config.vocab_size), stops)
+            processor = ConstrainedLogitsProcessor(constraint, tokenizer, compiler,
+                                                   max_new_tokens=getattr(config, "max_new_tokens", None))
+            processors.append(processor)
+        from transformers import LogitsProcessorList
 
-            try:
-                return original(inner, *args, logits_processor=LogitsProcessorList(processors), **kwargs)
-            finally:
-                if constraint is not None:
-                    _add_stats(totals, processor.stats)
-        return _batched_generate(inner, tokenizer, constraint, kwargs["input_ids"], kwargs.get("attention_mask"),
-                                 config, jump_forward, totals)
+        inputs = {k: v for k, v in kwargs.items() if k in ("input_ids", "attention_mask")}
+        try:
+            return original(inner, *args, **inputs, **rest, generation_config=config,
+                            logits_processor=LogitsProcessorList(processors))
+        finally:
+            if processor is not None:
+                _add_stats(totals, processor.stats)
 
     inner.generate = generate
     return totals
@@ -139,6 +160,9 @@ def _batched_generate(inner: Any, tokenizer: Any, constraint: Any, input_ids: An
     prefill_dtype = resolve_prefill_dtype(str(device), inner.dtype, os.environ.get(PREFILL_DTYPE_ENV_VAR) or "float32")
     requests, processors = [], []
     mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
+    copies = int(getattr(config, "num_return_sequences", None) or 1)
+    if copies > 1:  # as generate does: each prompt's copies next to each other
+        input_ids, mask = input_ids.repeat_interleave(copies, dim=0), mask.repeat_interleave(copies, dim=0)
     for row in range(int(input_ids.shape[0])):
         prompt = input_ids[row][mask[row].bool()].unsqueeze(0)
         processor = None

@@ -24,7 +24,14 @@ from typing import Any
 
 from mas_orchestra.errors import MasOrchestraError
 
-__all__ = ["PREFIX_CACHE_ENV_VAR", "PrefixCache", "PrefixCacheError", "PrefixHit", "prefix_cache_bytes"]
+__all__ = [
+    "PREFIX_CACHE_ENV_VAR",
+    "PrefixCache",
+    "PrefixCacheError",
+    "PrefixHit",
+    "budget_bytes",
+    "prefix_cache_bytes",
+]
 
 log = logging.getLogger(__name__)
 
@@ -38,18 +45,24 @@ class PrefixCacheError(MasOrchestraError, ValueError):
     """The prefix-cache size setting is not a non-negative number of MiB."""
 
 
-def prefix_cache_bytes() -> int:
-    """The byte budget from ``MAS_PREFIX_CACHE_MB`` (default 256 MiB; 0 disables the cache)."""
-    raw = os.environ.get(PREFIX_CACHE_ENV_VAR, "").strip()
+def budget_bytes(env_var: str, default_mib: int) -> int:
+    """A byte budget given in MiB by ``env_var`` (``default_mib`` when unset; ``0`` turns the feature off)."""
+    raw = os.environ.get(env_var, "").strip()
     if not raw:
-        return DEFAULT_PREFIX_CACHE_MB * 2**20
+        return default_mib * 2**20
     try:
         mib = float(raw)
     except ValueError:
         mib = -1.0
     if mib < 0:
-        raise PrefixCacheError(f"{PREFIX_CACHE_ENV_VAR}={raw!r} is not a size in MiB (>= 0); e.g. 256, or 0 to disable")
+        raise PrefixCacheError(
+            f"{env_var}={raw!r} is not a size in MiB (>= 0); e.g. {default_mib}, or 0 to turn it off")
     return int(mib * 2**20)
+
+
+def prefix_cache_bytes() -> int:
+    """The byte budget from ``MAS_PREFIX_CACHE_MB`` (default 256 MiB; 0 disables the cache)."""
+    return budget_bytes(PREFIX_CACHE_ENV_VAR, DEFAULT_PREFIX_CACHE_MB)
 
 
 @dataclass

@@ -28,7 +28,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from mas_orchestra.models.prefix_cache import PrefixCacheError
+from mas_orchestra.models.prefix_cache import budget_bytes
 
 __all__ = [
     "MIN_PERSISTED_TOKENS",
@@ -59,20 +59,6 @@ def weights_fingerprint(model_dir: str | Path) -> str:
     return ";".join(parts)
 
 
-def _budget_bytes() -> int:
-    raw = os.environ.get(PREFIX_STORE_MB_ENV_VAR, "").strip()
-    if not raw:
-        return DEFAULT_PREFIX_STORE_MB * 2**20
-    try:
-        mib = float(raw)
-    except ValueError:
-        mib = -1.0
-    if mib < 0:
-        raise PrefixCacheError(
-            f"{PREFIX_STORE_MB_ENV_VAR}={raw!r} is not a size in MiB (>= 0); e.g. 512, or 0 to turn the store off")
-    return int(mib * 2**20)
-
-
 class PrefixStore:
     """The on-disk prefixes of one model (see the module docstring)."""
 
@@ -82,7 +68,9 @@ class PrefixStore:
                     / "prefixes").expanduser()
         digest = hashlib.sha256(f"{identity}|{fingerprint}".encode()).hexdigest()[:24]
         self.folder = base / digest
-        self.max_bytes = _budget_bytes() if max_bytes is None else max_bytes
+        if max_bytes is None:
+            max_bytes = budget_bytes(PREFIX_STORE_MB_ENV_VAR, DEFAULT_PREFIX_STORE_MB)
+        self.max_bytes = max_bytes
         self._lock = threading.Lock()
 
     @property
