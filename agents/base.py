@@ -42,6 +42,7 @@ __all__ = [
     "Usage",
     "ask",
     "bind_tools",
+    "call_kwargs",
     "message_text",
     "model_name_of",
     "parse_reply",
@@ -357,6 +358,16 @@ async def _invoke(
         return await call()
 
 
+def call_kwargs(temperature: float | None, settings: CallSettings) -> dict[str, Any]:
+    """The per-call keyword arguments of a sub-agent call: its temperature and token cap, where set."""
+    kwargs: dict[str, Any] = {}
+    if temperature is not None:
+        kwargs["temperature"] = temperature
+    if settings.max_tokens is not None:
+        kwargs["max_tokens"] = settings.max_tokens
+    return kwargs
+
+
 async def ask(
     model: Runnable,
     prompt: str | Sequence[BaseMessage],
@@ -374,11 +385,7 @@ async def ask(
     messages: list[BaseMessage] = (
         [HumanMessage(content=prompt)] if isinstance(prompt, str) else list(prompt)
     )
-    kwargs: dict[str, Any] = {}
-    if temperature is not None:
-        kwargs["temperature"] = temperature
-    if settings.max_tokens is not None:
-        kwargs["max_tokens"] = settings.max_tokens
+    kwargs = call_kwargs(temperature, settings)
     name = model_name_of(model)
     if settings.constrain_reply is not None:
         model = settings.constrain_reply(model, settings.max_tokens)

@@ -29,6 +29,7 @@ from agents.base import (
     _invoke,
     ask,
     bind_tools,
+    call_kwargs,
     message_text,
     model_name_of,
     parse_reply,
@@ -214,17 +215,9 @@ class WebSearchAgent(Agent):
                 raise ValueError(f"mode='tools' but model {name!r} does not support bind_tools")
         return self._tool_model
 
-    def _kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {}
-        if self.temperature is not None:
-            kwargs["temperature"] = self.temperature
-        if self.settings.max_tokens is not None:
-            kwargs["max_tokens"] = self.settings.max_tokens
-        return kwargs
-
     async def _call(self, model: Runnable, messages: Sequence[BaseMessage], run: _Run) -> BaseMessage:
         """One model turn whose reply may be a search request: same time-out and limiter as ``ask``."""
-        reply = await _invoke(model, messages, self._kwargs(), self.settings)
+        reply = await _invoke(model, messages, call_kwargs(self.temperature, self.settings), self.settings)
         run.usage.record(model_name_of(self.model), reply)
         return reply
 

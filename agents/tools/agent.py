@@ -35,6 +35,7 @@ from agents.base import (
     _invoke,
     ask,
     bind_tools,
+    call_kwargs,
     message_text,
     model_name_of,
     parse_reply,
@@ -190,16 +191,8 @@ class ToolAgent(Agent):
             logger.debug("model cannot bind tools (%s); using the text protocol", exc)
             return None
 
-    def _kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {}
-        if self.temperature is not None:
-            kwargs["temperature"] = self.temperature
-        if self.settings.max_tokens is not None:
-            kwargs["max_tokens"] = self.settings.max_tokens
-        return kwargs
-
     async def _turn(self, model: Runnable, messages: Sequence[BaseMessage], usage: Usage) -> BaseMessage:
-        reply = await _invoke(model, messages, self._kwargs(), self.settings)
+        reply = await _invoke(model, messages, call_kwargs(self.temperature, self.settings), self.settings)
         usage.record(model_name_of(self.model), reply)
         return reply
 
