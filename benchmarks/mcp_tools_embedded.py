@@ -24,25 +24,23 @@ ROOT = Path(__file__).resolve().parents[1]
 SERVER = ROOT / "tests" / "mcp_servers" / "calculator.py"
 
 
-async def _condition(name: str, rows: list[dict[str, Any]], model: Any, mcp: Any, args: argparse.Namespace) -> dict:
+async def _record(name: str, row: dict[str, Any], outcome: Any, agents: list[str], started: float,
+                  **extra: Any) -> dict[str, Any]:
+    """One problem's line: graded answer, calls, tool calls and wall time (printed as it is made)."""
     from mas_orchestra.bench.grading import agrade
-    from mas_orchestra.runtime import Orchestra
 
-    orchestra = Orchestra(model, model, dom=args.dom, mcp=mcp, timeout=args.timeout, call_timeout=args.call_timeout,
-                          orchestrator_max_tokens=args.orchestrator_tokens)
-    results = []
-    for row in rows:
-        started = time.perf_counter()
-        outcome = await orchestra.arun(row["question"])
-        correct = bool(outcome.answer) and await agrade(outcome.answer or "", row["answer"], "math") >= 1.0
-        kinds = [n.agent for n in outcome.spec.nodes] if outcome.spec else []
-        results.append({
-            "id": row["id"], "status": outcome.status.value, "answer": outcome.answer, "truth": row["answer"],
-            "correct": correct, "agents": kinds, "llm_calls": outcome.usage.llm_calls,
-            "tool_calls": outcome.usage.tool_calls, "tool_errors": outcome.usage.tool_errors,
-            "wall_s": round(time.perf_counter() - started, 2),
-        })
-        print(json.dumps({"condition": name, **results[-1]}), flush=True)
+    correct = bool(outcome.answer) and await agrade(outcome.answer or "", row["answer"], "math") >= 1.0
+    record = {
+        "id": row["id"], "status": outcome.status.value, "answer": outcome.answer, "truth": row["answer"],
+        "correct": correct, "agents": agents, "llm_calls": outcome.usage.llm_calls,
+        "tool_calls": outcome.usage.tool_calls, "tool_errors": outcome.usage.tool_errors, **extra,
+        "wall_s": round(time.perf_counter() - started, 2),
+    }
+    print(json.dumps({"condition": name, **record}), flush=True)
+    return record
+
+
+def _summary(name: str, results: list[dict[str, Any]]) -> dict[str, Any]:
     n = len(results)
     return {
         "condition": name, "n": n, "accuracy": sum(r["correct"] for r in results) / n,
@@ -54,10 +52,23 @@ async def _condition(name: str, rows: list[dict[str, Any]], model: Any, mcp: Any
     }
 
 
+async def _condition(name: str, rows: list[dict[str, Any]], model: Any, mcp: Any, args: argparse.Namespace) -> dict:
+    from mas_orchestra.runtime import Orchestra
+
+    orchestra = Orchestra(model, model, dom=args.dom, mcp=mcp, timeout=args.timeout, call_timeout=args.call_timeout,
+                          orchestrator_max_tokens=args.orchestrator_tokens)
+    results = []
+    for row in rows:
+        started = time.perf_counter()
+        outcome = await orchestra.arun(row["question"])
+        kinds = [n.agent for n in outcome.spec.nodes] if outcome.spec else []
+        results.append(await _record(name, row, outcome, kinds, started))
+    return _summary(name, results)
+
+
 async def _fixed(name: str, rows: list[dict[str, Any]], model: Any, tools: list[Any], args: argparse.Namespace) -> dict:
     """One agent per problem, chosen here rather than by the orchestrator: a ToolAgent given the calculator, or
     a CoT agent without it (the same sub-agent model and constrained decoding)."""
-    from mas_orchestra.bench.grading import agrade
     from mas_orchestra.offers import with_tools
     from mas_orchestra.registry import default_registry
     from mas_orchestra.runtime import execute_spec
@@ -73,26 +84,11 @@ async def _fixed(name: str, rows: list[dict[str, Any]], model: Any, tools: list[
         started = time.perf_counter()
         outcome = await execute_spec(spec, row["question"], model=model, registry=registry, timeout=args.timeout,
                                      call_timeout=args.call_timeout)
-        correct = bool(outcome.answer) and await agrade(outcome.answer or "", row["answer"], "math") >= 1.0
         result = outcome.node_results.get("A")
         calls = (result.details.get("tool_calls") or []) if result is not None else []
-        results.append({
-            "id": row["id"], "status": outcome.status.value, "answer": outcome.answer, "truth": row["answer"],
-            "correct": correct, "agents": [node["agent"]], "llm_calls": outcome.usage.llm_calls,
-            "tool_calls": outcome.usage.tool_calls, "tool_errors": outcome.usage.tool_errors,
-            "tool_log": [{k: c[k] for k in ("args", "ok", "error")} for c in calls],
-            "wall_s": round(time.perf_counter() - started, 2),
-        })
-        print(json.dumps({"condition": name, **results[-1]}), flush=True)
-    n = len(results)
-    return {
-        "condition": name, "n": n, "accuracy": sum(r["correct"] for r in results) / n,
-        "ok_rate": sum(r["status"] == "ok" for r in results) / n,
-        "mean_llm_calls": sum(r["llm_calls"] for r in results) / n,
-        "mean_tool_calls": sum(r["tool_calls"] for r in results) / n,
-        "tool_agent_share": 1.0 if tools else 0.0,
-        "mean_wall_s": sum(r["wall_s"] for r in results) / n, "runs": results,
-    }
+        tool_log = [{k: c[k] for k in ("args", "ok", "error")} for c in calls]
+        results.append(await _record(name, row, outcome, [node["agent"]], started, tool_log=tool_log))
+    return _summary(name, results)
 
 
 def main() -> None:
