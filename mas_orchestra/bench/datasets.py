@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from mas_orchestra.errors import DataError
 
-__all__ = ["IdPolicy", "check_row", "read_rows", "scalar_text"]
+__all__ = ["IdPolicy", "check_row", "jsonl_objects", "read_rows", "scalar_text"]
 
 IdPolicy = Literal["require", "default"]
 """``"require"``: a row without ``id`` is an error (eval: ids key the resume). ``"default"``: it gets
@@ -70,15 +70,16 @@ def check_row(obj: Any, where: str, *, default_id: str | None = None) -> dict[st
     return row
 
 
-def _objects(source: str | os.PathLike[str] | Iterable[Mapping[str, Any]]) -> Iterable[tuple[str, Any]]:
-    """``(where, parsed object)`` for each non-blank line of a file, or each item of an iterable."""
-    if not isinstance(source, (str, os.PathLike)):
-        for index, obj in enumerate(source, 1):
-            yield f"row {index}", obj
-        return
-    path = Path(source).expanduser()
+def jsonl_objects(path: str | os.PathLike[str], *, error: type[DataError] = DataError
+                  ) -> Iterable[tuple[str, Any]]:
+    """``(where, parsed object)`` for each non-blank line of a JSONL file, ``where`` being ``<path>:<line>``.
+
+    A missing file, a line that is not JSON or a file that is not UTF-8 raises ``error`` (a :class:`DataError`
+    subclass the caller names its own source by) with the place and the reason.
+    """
+    path = Path(path).expanduser()
     if not path.is_file():
-        raise DataError(f"{path}: no such data file")
+        raise error(f"{path}: no such data file")
     try:
         with path.open(encoding="utf-8") as handle:
             for lineno, line in enumerate(handle, 1):
@@ -88,10 +89,19 @@ def _objects(source: str | os.PathLike[str] | Iterable[Mapping[str, Any]]) -> It
                 try:
                     obj = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise DataError(f"{where}: not valid JSON ({exc.msg})") from None
+                    raise error(f"{where}: not valid JSON ({exc.msg})") from None
                 yield where, obj
     except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 text ({exc.reason})") from None
+        raise error(f"{path}: not UTF-8 text ({exc.reason})") from None
+
+
+def _objects(source: str | os.PathLike[str] | Iterable[Mapping[str, Any]]) -> Iterable[tuple[str, Any]]:
+    """``(where, parsed object)`` for each non-blank line of a file, or each item of an iterable."""
+    if isinstance(source, (str, os.PathLike)):
+        yield from jsonl_objects(source)
+        return
+    for index, obj in enumerate(source, 1):
+        yield f"row {index}", obj
 
 
 def read_rows(

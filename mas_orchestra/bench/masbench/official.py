@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from mas_orchestra.bench.datasets import jsonl_objects
 from mas_orchestra.errors import DataError, MissingExtraError
 
 __all__ = [
@@ -145,21 +146,11 @@ def _read_table(path: Path) -> tuple[list[str], Iterable[tuple[str, Mapping[str,
         return list(table.column_names), ((f"{path} row {i}", row) for i, row in enumerate(table.to_pylist()))
     rows: list[tuple[str, Mapping[str, Any]]] = []
     columns: dict[str, None] = {}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise OfficialMasbenchError(f"{path}: not UTF-8 text ({exc.reason})") from None
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise OfficialMasbenchError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+    for where, obj in jsonl_objects(path, error=OfficialMasbenchError):
         if not isinstance(obj, dict):
-            raise OfficialMasbenchError(f"{path}:{lineno}: a row must be a JSON object")
+            raise OfficialMasbenchError(f"{where}: a row must be a JSON object")
         columns.update(dict.fromkeys(obj))
-        rows.append((f"{path}:{lineno}", obj))
+        rows.append((where, obj))
     return list(columns), rows
 
 
