@@ -229,3 +229,92 @@ def test_settings_passed_as_arguments_are_batched_like_generate(tiny, caplog) ->
     assert "fall back" not in caplog.text  # the validation runner's call shape stays on the batched path
     assert out.shape[0] == 3 and out.shape[1] <= ids.shape[1] + 5 + 1
     assert torch.equal(out[:, : ids.shape[1]], ids.repeat(3, 1))
+
+
+def test_sampling_policy_merges_lora_and_puts_the_training_weights_back(tiny) -> None:  # type: ignore[no-untyped-def]
+    from peft import LoraConfig, get_peft_model
+
+    from training.rollouts import sampling_policy
+
+    path, _, auto = tiny
+    torch.manual_seed(3)
+    model = get_peft_model(auto.from_pretrained(path), LoraConfig(
+        r=4, lora_alpha=8, lora_dropout=0.5, target_modules="all-linear", init_lora_weights=False))
+    model.train()
+    layers = [m for m in model.modules() if hasattr(m, "merged_adapters") and hasattr(m, "get_delta_weight")]
+    originals = [(m.base_layer.weight, m.base_layer.weight.data) for m in layers]
+    copies = [data.clone() for _, data in originals]
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    model.eval()
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits  # the adapter in eval mode: no dropout
+    model.train()
+    inner = model.get_base_model()
+    with sampling_policy(inner) as merged:
+        assert merged == len(layers) > 0
+        assert not inner.training and all(m.merged for m in layers)
+        with torch.no_grad():
+            got = model(input_ids=ids).logits
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)  # merged = unmerged, up to rounding
+    assert inner.training and not any(m.merged for m in layers)
+    for (parameter, data), copy in zip(originals, copies, strict=True):
+        # the very storage, never written
+        assert parameter.data_ptr() == data.data_ptr() and torch.equal(parameter.data, copy)
+    with pytest.raises(RuntimeError, match="boom"), sampling_policy(inner):
+        raise RuntimeError("boom")
+    assert inner.training and not any(m.merged for m in layers)
+    assert all(p.data_ptr() == d.data_ptr() for p, d in originals)
+
+
+def test_rollouts_sample_merged_unless_asked_not_to(tiny) -> None:  # type: ignore[no-untyped-def]
+    from training import rollouts
+
+    tokenizer = tiny[1]
+    ids, mask = _left_padded(tokenizer, ["What is 2 plus 2?"])
+    seen = []
+    for merged_sampling in (True, False):
+        model = _peft(tiny, fused=False)
+        model.train()
+        inner = model.get_base_model()
+        original_forward = inner.forward
+
+        def spy(*args, _inner=inner, _forward=original_forward, _asked=merged_sampling,  # type: ignore[no-untyped-def]
+                **kwargs):
+            layer = next(m for m in _inner.modules() if hasattr(m, "merged_adapters"))
+            seen.append((_asked, _inner.training, bool(layer.merged_adapters)))
+            return _forward(*args, **kwargs)
+
+        inner.forward = spy
+        rollouts.install_batched_rollouts(model, tokenizer, merged_sampling=merged_sampling)
+        model.generate(input_ids=ids, attention_mask=mask, generation_config=_generation_config(
+            tokenizer, do_sample=False, max_new=3))
+        assert model.training  # the trainer's mode is back
+    assert {s[1:] for s in seen if s[0]} == {(False, True)}  # eval mode, merged weights
+    assert {s[1:] for s in seen if not s[0]} == {(True, False)}  # as the caller had it
+
+
+def test_reuse_freed_memory_lifts_and_restores_the_mmap_threshold(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from training import allocator
+
+    calls: list[tuple] = []
+
+    class FakeGlibc:
+        def mallopt(self, param: int, value: int) -> int:
+            calls.append(("mallopt", param, value))
+            return 1
+
+        def malloc_trim(self, pad: int) -> int:
+            calls.append(("trim", pad))
+            return 1
+
+    monkeypatch.setattr(allocator, "_glibc", lambda: FakeGlibc())
+    monkeypatch.setattr(allocator, "_applied_threshold", None)
+    with allocator.reuse_freed_memory():
+        pass
+    assert calls == []  # never released: glibc's own behaviour is left alone
+    assert allocator.release_freed_memory(1 << 20)
+    calls.clear()
+    with pytest.raises(ValueError), allocator.reuse_freed_memory():
+        assert calls == [("mallopt", -3, 32 << 20), ("mallopt", -1, 32 << 20)]
+        raise ValueError("the block fails")
+    assert calls[2:] == [("mallopt", -3, 1 << 20), ("mallopt", -1, 1 << 20), ("trim", 0)]

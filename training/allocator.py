@@ -9,6 +9,11 @@ recipe, the resident size between steps stayed at ~7 GiB although a step needs f
 :func:`release_freed_memory` fixes the mmap threshold (so large tensors are always mmapped and their pages
 returned when freed) and :func:`trim_heap` hands the heap's free pages back after each step
 (``malloc_trim``). Both are no-ops where glibc is not the allocator (macOS, musl, jemalloc preloaded).
+
+Returning every large block costs time where the same sizes are freed and allocated again and again: each fresh
+mapping is zero-filled page by page. Decoding does exactly that (each pass allocates its key/value copies and logits
+anew), so :func:`reuse_freed_memory` lifts the threshold for the duration of a block (the rollouts) and trims the
+heap when it ends: the block's peak may hold freed blocks, the phase after it starts from a trimmed heap.
 """
 
 from __future__ import annotations
@@ -16,10 +21,12 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["MMAP_THRESHOLD_BYTES", "release_freed_memory", "trim_heap"]
+__all__ = ["MMAP_THRESHOLD_BYTES", "release_freed_memory", "reuse_freed_memory", "trim_heap"]
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +34,9 @@ log = logging.getLogger(__name__)
 MMAP_THRESHOLD_BYTES = 1 << 20
 _M_MMAP_THRESHOLD = -3  # mallopt parameter numbers from glibc's malloc.h
 _M_TRIM_THRESHOLD = -1
+#: While :func:`reuse_freed_memory` is active: glibc's own ceiling for its dynamic threshold on 64-bit.
+REUSE_THRESHOLD_BYTES = 32 << 20
+_applied_threshold: int | None = None  # what release_freed_memory set (None: glibc's defaults are in force)
 
 
 @lru_cache(maxsize=1)
@@ -51,6 +61,8 @@ def release_freed_memory(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
     applied = bool(libc.mallopt(_M_MMAP_THRESHOLD, int(threshold))) and bool(
         libc.mallopt(_M_TRIM_THRESHOLD, int(threshold)))
     if applied:
+        global _applied_threshold
+        _applied_threshold = int(threshold)
         log.info("glibc allocator: blocks >= %d KiB are mmapped and returned when freed", threshold // 1024)
     return applied
 
@@ -59,3 +71,22 @@ def trim_heap() -> bool:
     """Return the heap's free pages to the OS (``malloc_trim(0)``); True if glibc released any."""
     libc = _glibc()
     return bool(libc.malloc_trim(0)) if libc is not None else False
+
+
+@contextmanager
+def reuse_freed_memory() -> Iterator[None]:
+    """Within the block, blocks below 32 MiB are served from the heap again; at its end the threshold set by
+    :func:`release_freed_memory` is restored and the heap trimmed. A no-op when that was never applied."""
+    libc = _glibc()
+    threshold = _applied_threshold
+    if libc is None or threshold is None:
+        yield
+        return
+    libc.mallopt(_M_MMAP_THRESHOLD, REUSE_THRESHOLD_BYTES)
+    libc.mallopt(_M_TRIM_THRESHOLD, REUSE_THRESHOLD_BYTES)
+    try:
+        yield
+    finally:
+        libc.mallopt(_M_MMAP_THRESHOLD, threshold)
+        libc.mallopt(_M_TRIM_THRESHOLD, threshold)
+        libc.malloc_trim(0)

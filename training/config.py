@@ -145,6 +145,10 @@ class OrchestraGRPOConfig:
         "sample transformers rollouts through the batched decoder (a group's prompt prefilled once, rows leave "
         "when done, grammar-forced text in one pass; training/rollouts.py): auto (on CPU; a GPU batches "
         "model.generate well already) | true | false (model.generate)"))
+    merged_sampling: bool = field(default=True, metadata=_help(
+        "batched rollouts sample in eval mode from a temporary merged copy of each LoRA linear layer's weight "
+        "(one matmul per layer instead of three; the training weights are put back untouched, "
+        "training/rollouts.py); false = sample through the unmerged adapter in the trainer's mode"))
     shared_prefix: str = field(default="auto", metadata=_help(
         "in the policy's forward, pack each group into one sequence (its prompt once, then every completion; "
         "exact, training/shared_prefix.py): auto (on CPU; packed micro-batches of at most 8,192 tokens) | "

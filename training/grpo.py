@@ -288,7 +288,7 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
     if _flag(cfg.batched_rollouts, not cuda) and not cfg.use_vllm:
         from training.rollouts import install_batched_rollouts
 
-        stats = install_batched_rollouts(trainer.model, tokenizer, constraint)
+        stats = install_batched_rollouts(trainer.model, tokenizer, constraint, merged_sampling=cfg.merged_sampling)
         trainer.decoding_stats = stats if constraint is not None else None
     elif constraint is not None and not cfg.use_vllm:
         from mas_orchestra.models.decoding import constrain_generate

@@ -10,6 +10,11 @@ prompt of a group appears ``num_generations`` times. :func:`install_batched_roll
   and no row ever reads key/values of older weights);
 * rows decode together and leave the batch when they finish, so a short completion stops costing forward
   passes;
+* the policy samples as it is, without training-time machinery: the model is in eval mode for the call (no
+  dropout, no activation checkpointing) and each plain LoRA linear layer runs on a temporary merged copy of its
+  weight (W + BA·scale: one matrix multiply per layer instead of three; ~18 % less time per decode pass on the
+  embedded model, ``benchmarks/grpo_step.py``); the original weight tensors are put back untouched afterwards,
+  so training continues on exactly the weights it had;
 * prompts are prefilled in float32, so the rollouts sample exactly the policy being trained;
   ``MAS_PREFILL_DTYPE=auto`` (or ``bfloat16``) opts into a bf16 prefill on a CPU with native bf16
   (:mod:`mas_orchestra.models.precision`), which makes them, like vLLM's bf16 samples, slightly off-policy;
@@ -33,6 +38,8 @@ import copy
 import logging
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -46,8 +53,9 @@ from mas_orchestra.models.decoding import (
 )
 from mas_orchestra.models.precision import PREFILL_DTYPE_ENV_VAR, resolve_prefill_dtype
 from mas_orchestra.models.prefix_cache import PrefixCache
+from training.allocator import reuse_freed_memory
 
-__all__ = ["BATCHABLE_SETTINGS", "install_batched_rollouts"]
+__all__ = ["BATCHABLE_SETTINGS", "install_batched_rollouts", "sampling_policy"]
 
 log = logging.getLogger(__name__)
 
@@ -90,12 +98,14 @@ def _unsupported(config: Any, rest: dict[str, Any]) -> list[str]:
 
 
 def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None, *,
-                             jump_forward: bool = True) -> DecodingStats:
+                             jump_forward: bool = True, merged_sampling: bool = True) -> DecodingStats:
     """Make every later ``generate`` of ``model`` (TRL's rollouts, the validation runner's samples) decode
     through the batched decoder.
 
     With a ``constraint`` each row decodes under its grammar (the staged, budget-fitted decoding of
-    :class:`~mas_orchestra.models.decoding.ConstrainedLogitsProcessor`). Returns the running
+    :class:`~mas_orchestra.models.decoding.ConstrainedLogitsProcessor`). ``merged_sampling`` samples under
+    :func:`sampling_policy` (eval mode, merged LoRA weights); False leaves the model as the caller has it.
+    Returns the running
     :class:`~mas_orchestra.models.decoding.DecodingStats` of all calls (zeros without a constraint).
     """
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -108,7 +118,7 @@ def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None,
         reasons = _unsupported(config, rest) + (["positional arguments"] if args else [])
         if not reasons:
             return _batched_generate(inner, tokenizer, constraint, kwargs["input_ids"], kwargs.get("attention_mask"),
-                                     config, jump_forward, totals)
+                                     config, jump_forward, totals, merged_sampling)
         key = "; ".join(reasons)
         if key not in warned:
             warned.add(key)
@@ -135,13 +145,64 @@ def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None,
     return totals
 
 
+def _mergeable(module: Any) -> list[str]:
+    """The active adapters of a PEFT LoRA layer that merge as ``W + B @ A * scale`` (plain LoRA on a linear layer,
+    not merged already); empty for anything else (DoRA and other variants, LoRA biases, embeddings, convolutions)."""
+    import torch
+
+    if not hasattr(module, "get_delta_weight") or not hasattr(module, "merged_adapters") or module.merged_adapters:
+        return []
+    if not isinstance(getattr(module, "base_layer", None), torch.nn.Linear):
+        return []
+    if getattr(module, "disable_adapters", True):
+        return []
+    active = [a for a in module.active_adapters if a in getattr(module, "lora_A", {})]
+    if any(a in getattr(module, "lora_variant", {}) or getattr(module, "lora_bias", {}).get(a, False) for a in active):
+        return []
+    return active
+
+
+@contextmanager
+def sampling_policy(model: Any) -> Iterator[int]:
+    """Run the block with ``model`` as the policy samples: eval mode, and every plain LoRA linear layer merged into
+    a temporary copy of its base weight (PEFT's own merged state, so its forward takes the one base matmul).
+
+    Yields the number of merged layers. Afterwards the training mode, the original weight tensors (never written)
+    and the unmerged state are restored, also when the block raises.
+    """
+    import torch
+
+    was_training = model.training
+    swapped: list[tuple[Any, Any]] = []
+    model.eval()
+    try:
+        with torch.no_grad():
+            for module in model.modules():
+                adapters = _mergeable(module)
+                if not adapters:
+                    continue
+                weight = module.base_layer.weight
+                merged = weight.data.clone()
+                for adapter in adapters:
+                    merged += module.get_delta_weight(adapter).to(merged.dtype)
+                swapped.append((module, weight.data))
+                weight.data = merged
+                module.merged_adapters = list(adapters)
+        yield len(swapped)
+    finally:
+        for module, original in swapped:
+            module.base_layer.weight.data = original
+            module.merged_adapters = []
+        model.train(was_training)
+
+
 def _add_stats(totals: DecodingStats, stats: DecodingStats) -> None:
     for name in _STAT_FIELDS:
         setattr(totals, name, getattr(totals, name) + getattr(stats, name))
 
 
 def _batched_generate(inner: Any, tokenizer: Any, constraint: Any, input_ids: Any, attention_mask: Any,
-                      config: Any, jump_forward: bool, totals: DecodingStats) -> Any:
+                      config: Any, jump_forward: bool, totals: DecodingStats, merged_sampling: bool = True) -> Any:
     device = input_ids.device
     max_new = int(config.max_new_tokens)
     stops = stop_token_ids(getattr(config, "eos_token_id", None), tokenizer)
@@ -176,8 +237,9 @@ def _batched_generate(inner: Any, tokenizer: Any, constraint: Any, input_ids: An
                                           prefill_dtype=prefill_dtype))
     started = time.perf_counter()
     try:
-        futures = [batcher.submit(request) for request in requests]
-        results = [future.result() for future in futures]
+        with (sampling_policy(inner) if merged_sampling else nullcontext()), reuse_freed_memory():
+            futures = [batcher.submit(request) for request in requests]
+            results = [future.result() for future in futures]
     finally:
         batcher.close()
         for processor in processors:
