@@ -7,13 +7,17 @@ calculator as sub-agent) for ``--steps`` steps with ``--profile-phases``, one af
 * ``before``: ``model.generate`` rollouts, every row's whole prompt in the forward, LoRA dropout 0.05, no
   gradient checkpointing, two completions per micro-batch, glibc's default allocator behaviour, key/values copied
   per query head (``TRANSFORMERS_SDPA_FORCE_GQA=0``) — the recipe as it was;
-* ``after``: the recipe as it is (batched rollouts, shared-prefix packed forward, no dropout, gradient
-  checkpointing, whole group in one micro-batch, heap released, grouped-query attention in place).
+* ``unmerged``: the recipe as it is, but rollouts sampled through the unmerged LoRA adapter in the trainer's
+  mode (``--no-merged-sampling``, how the batched rollouts sampled before ``sampling_policy``);
+* ``after``: the recipe as it is (batched rollouts sampled in eval mode from merged LoRA weights with freed
+  heap memory reused while decoding, shared-prefix packed forward, no dropout, gradient checkpointing, whole
+  group in one micro-batch, heap released, grouped-query attention in place).
 
 Per case: mean seconds per phase over the steps after the first (the first carries one-off warm-up), the highest
-peak RSS of each phase, the step wall, and ``ratio`` = after / before.
+peak RSS of each phase, the step wall, and ``ratio`` = case / the first case run; the last line compares
+``after`` with ``unmerged`` phase by phase.
 
-    python benchmarks/grpo_step.py [--steps 3] [--rounds 1]
+    python benchmarks/grpo_step.py [--steps 3] [--rounds 1] [--cases before,unmerged,after]
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ CASES: dict[str, tuple[list[str], dict[str, str]]] = {
         "--gradient-checkpointing", "false", "--per-device-train-batch-size", "2",
         "--gradient-accumulation-steps", "2",
     ], {"TRANSFORMERS_SDPA_FORCE_GQA": "0"}),
+    "unmerged": (["--no-merged-sampling"], {}),
     "after": ([], {}),
 }
 
@@ -55,11 +60,11 @@ def _one(case: str, steps: int, out: Path) -> dict[str, Any]:
     return {"logs": logs, "walls": [s["wall_s"] for s in summary["step_times"]], "peak_rss_mb": summary["peak_rss_mb"]}
 
 
-def run(steps: int = 3, rounds: int = 1) -> list[dict[str, Any]]:
-    runs: dict[str, list[dict[str, Any]]] = {case: [] for case in CASES}
+def run(steps: int = 3, rounds: int = 1, cases: tuple[str, ...] = tuple(CASES)) -> list[dict[str, Any]]:
+    runs: dict[str, list[dict[str, Any]]] = {case: [] for case in cases}
     with tempfile.TemporaryDirectory() as tmp:
         for index in range(rounds):
-            for case in CASES:
+            for case in cases:
                 runs[case].append(_one(case, steps, Path(tmp) / f"{case}-{index}"))
     rows = []
     for case, results in runs.items():
@@ -73,29 +78,44 @@ def run(steps: int = 3, rounds: int = 1) -> list[dict[str, Any]]:
             row[f"{phase}_peak_rss_mb"] = round(max(float(log.get(f"profile/{phase}_peak_rss_mb", 0.0))
                                                     for r in results for log in r["logs"]))
         rows.append(row)
-    before, after = rows
-    before["ratio"] = 1.0
-    after["ratio"] = round(after["wall_s_per_step"] / before["wall_s_per_step"], 3)
-    after["peak_rss_ratio"] = round(after["peak_rss_mb"] / before["peak_rss_mb"], 3)
-    for phase in PHASES:
-        if before[f"{phase}_s"]:
-            after[f"{phase}_ratio"] = round(after[f"{phase}_s"] / before[f"{phase}_s"], 3)
+    base = rows[0]
+    for row in rows:
+        _ratios(row, base)
     return rows
+
+
+def _ratios(row: dict[str, Any], base: dict[str, Any], prefix: str = "") -> None:
+    row[f"{prefix}ratio"] = round(row["wall_s_per_step"] / base["wall_s_per_step"], 3)
+    row[f"{prefix}peak_rss_ratio"] = round(row["peak_rss_mb"] / base["peak_rss_mb"], 3)
+    for phase in PHASES:
+        if base[f"{phase}_s"]:
+            row[f"{prefix}{phase}_ratio"] = round(row[f"{phase}_s"] / base[f"{phase}_s"], 3)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--cases", default=",".join(CASES), help="comma-separated, in run order: " + ", ".join(CASES))
     args = parser.parse_args()
-    rows = run(args.steps, args.rounds)
+    cases = tuple(c.strip() for c in args.cases.split(",") if c.strip())
+    unknown = [c for c in cases if c not in CASES]
+    if unknown or not cases:
+        parser.error(f"unknown case(s) {unknown}; choose from {', '.join(CASES)}")
+    rows = run(args.steps, args.rounds, cases)
     print(f"{'case':<8} {'s/step':>7} {'peak MiB':>9}  " + "  ".join(f"{p:>16}" for p in PHASES))
     for row in rows:
         cells = "  ".join(f"{row[f'{p}_s']:>6.2f}s {row[f'{p}_peak_rss_mb']:>6}M" for p in PHASES)
         print(f"{row['case']:<8} {row['wall_s_per_step']:>7.2f} {row['peak_rss_mb']:>9}  {cells}")
-    after = rows[1]
-    print(f"after/before: step {after['ratio']}, peak RSS {after['peak_rss_ratio']}, "
-          + ", ".join(f"{p} {after[f'{p}_ratio']}" for p in PHASES if f"{p}_ratio" in after))
+    by_case = {row["case"]: row for row in rows}
+    for row in rows[1:]:
+        print(f"{row['case']}/{rows[0]['case']}: step {row['ratio']}, peak RSS {row['peak_rss_ratio']}, "
+              + ", ".join(f"{p} {row[f'{p}_ratio']}" for p in PHASES if f"{p}_ratio" in row))
+    if "after" in by_case and "unmerged" in by_case and rows[0]["case"] != "unmerged":
+        after = by_case["after"]
+        _ratios(after, by_case["unmerged"], prefix="vs_unmerged_")
+        print(f"after/unmerged: step {after['vs_unmerged_ratio']}, peak RSS {after['vs_unmerged_peak_rss_ratio']}, "
+              + ", ".join(f"{p} {after[f'vs_unmerged_{p}_ratio']}" for p in PHASES if f"vs_unmerged_{p}_ratio" in after))
     print(json.dumps(rows))
 
 
