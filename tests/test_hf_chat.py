@@ -117,7 +117,7 @@ def test_cached_copy_matches_gguf_greedy(embedded_dir: Path, greedy_chat: HFChat
     import torch
     from transformers import AutoModelForCausalLM
 
-    gguf = embedded._smollm2_gguf_path()
+    gguf = embedded.smollm2_gguf_path()
     ref = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     tok = greedy_chat._load().tokenizer
     messages = [{"role": "user", "content": "Name a primary colour."}]

