@@ -237,6 +237,8 @@ def _batched_generate(inner: Any, tokenizer: Any, constraint: Any, input_ids: An
                                           prefill_dtype=prefill_dtype))
     started = time.perf_counter()
     try:
+        # The merged weight copies are made before the heap is reused, so they are mmapped and go back to the OS
+        # when the policy is restored (made inside, they came from the heap: generation peaked ~200 MiB higher).
         with (sampling_policy(inner) if merged_sampling else nullcontext()), reuse_freed_memory():
             futures = [batcher.submit(request) for request in requests]
             results = [future.result() for future in futures]
