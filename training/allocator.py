@@ -53,13 +53,17 @@ def _glibc() -> Any:
     return libc
 
 
+def _set_thresholds(libc: Any, threshold: int) -> bool:
+    """Set glibc's mmap and trim thresholds to ``threshold`` bytes (the two move together here); True if both took."""
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, threshold)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, threshold))
+
+
 def release_freed_memory(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
     """Fix glibc's mmap threshold at ``threshold`` bytes (and the trim threshold with it); True if applied."""
     libc = _glibc()
     if libc is None:
         return False
-    applied = bool(libc.mallopt(_M_MMAP_THRESHOLD, int(threshold))) and bool(
-        libc.mallopt(_M_TRIM_THRESHOLD, int(threshold)))
+    applied = _set_thresholds(libc, int(threshold))
     if applied:
         global _applied_threshold
         _applied_threshold = int(threshold)
@@ -82,11 +86,9 @@ def reuse_freed_memory() -> Iterator[None]:
     if libc is None or threshold is None:
         yield
         return
-    libc.mallopt(_M_MMAP_THRESHOLD, REUSE_THRESHOLD_BYTES)
-    libc.mallopt(_M_TRIM_THRESHOLD, REUSE_THRESHOLD_BYTES)
+    _set_thresholds(libc, REUSE_THRESHOLD_BYTES)
     try:
         yield
     finally:
-        libc.mallopt(_M_MMAP_THRESHOLD, threshold)
-        libc.mallopt(_M_TRIM_THRESHOLD, threshold)
+        _set_thresholds(libc, threshold)
         libc.malloc_trim(0)

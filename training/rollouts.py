@@ -12,9 +12,9 @@ prompt of a group appears ``num_generations`` times. :func:`install_batched_roll
   passes;
 * the policy samples as it is, without training-time machinery: the model is in eval mode for the call (no
   dropout, no activation checkpointing) and each plain LoRA linear layer runs on a temporary merged copy of its
-  weight (W + BA·scale: one matrix multiply per layer instead of three; ~18 % less time per decode pass on the
-  embedded model, ``benchmarks/grpo_step.py``); the original weight tensors are put back untouched afterwards,
-  so training continues on exactly the weights it had;
+  weight (W + BA·scale: one matrix multiply per layer instead of three; rollout generation 0.64× the unmerged
+  time on the CPU learning recipe, ``benchmarks/grpo_step.py --cases unmerged,after``); the original weight
+  tensors are put back untouched afterwards, so training continues on exactly the weights it had;
 * prompts are prefilled in float32, so the rollouts sample exactly the policy being trained;
   ``MAS_PREFILL_DTYPE=auto`` (or ``bfloat16``) opts into a bf16 prefill on a CPU with native bf16
   (:mod:`mas_orchestra.models.precision`), which makes them, like vLLM's bf16 samples, slightly off-policy;
@@ -105,8 +105,8 @@ def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None,
     With a ``constraint`` each row decodes under its grammar (the staged, budget-fitted decoding of
     :class:`~mas_orchestra.models.decoding.ConstrainedLogitsProcessor`). ``merged_sampling`` samples under
     :func:`sampling_policy` (eval mode, merged LoRA weights); False leaves the model as the caller has it.
-    Returns the running
-    :class:`~mas_orchestra.models.decoding.DecodingStats` of all calls (zeros without a constraint).
+    Returns the running :class:`~mas_orchestra.models.decoding.DecodingStats` of all calls (zeros without a
+    constraint).
     """
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     original = type(inner).generate
@@ -148,8 +148,6 @@ def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None,
 def _mergeable(module: Any) -> list[str]:
     """The active adapters of a PEFT LoRA layer that merge as ``W + B @ A * scale`` (plain LoRA on a linear layer,
     not merged already); empty for anything else (DoRA and other variants, LoRA biases, embeddings, convolutions)."""
-    import torch
-
     if not hasattr(module, "get_delta_weight") or not hasattr(module, "merged_adapters") or module.merged_adapters:
         return []
     if not isinstance(getattr(module, "base_layer", None), torch.nn.Linear):
@@ -170,8 +168,6 @@ def sampling_policy(model: Any) -> Iterator[int]:
     Yields the number of merged layers. Afterwards the training mode, the original weight tensors (never written)
     and the unmerged state are restored, also when the block raises.
     """
-    import torch
-
     was_training = model.training
     swapped: list[tuple[Any, Any]] = []
     model.eval()
