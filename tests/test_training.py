@@ -402,6 +402,10 @@ def test_config_errors(tmp_path, capsys):
     path.write_text("num_generation: 8\n")
     with pytest.raises(ValueError, match="unknown keys num_generation"):
         load_yaml(path)
+    typed = tmp_path / "typed.yaml"
+    typed.write_text("merged_sampling: maybe\n")
+    with pytest.raises(ValueError, match=r"typed\.yaml: merged_sampling: expected a boolean \(true/false\), got 'maybe'"):
+        load_yaml(typed)  # the file and the key are named
     with pytest.raises(SystemExit):
         parse_config(["--config", str(path)])
     with pytest.raises(SystemExit):

@@ -353,7 +353,10 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         if name == "resume" and isinstance(value, bool):
             value = "true" if value else "false"
         elif value is not None or not optional:
-            value = _converter(kind, optional)(value)
+            try:
+                value = _converter(kind, optional)(value)
+            except argparse.ArgumentTypeError as exc:
+                raise ValueError(f"{path}: {key}: {exc}") from None
         out[name] = value
     if unknown:
         raise ValueError(f"{path}: unknown keys {', '.join(sorted(unknown))}; valid: {', '.join(sorted(names))}")
