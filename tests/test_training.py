@@ -6,6 +6,7 @@ import asyncio
 import importlib.util
 import json
 import logging
+import math
 import time
 from pathlib import Path
 
@@ -457,6 +458,23 @@ def test_grpo_config_mapping():
     assert args.generation_kwargs is None  # no constraint given
 
 
+@needs_train
+def test_bf16_is_autocast_over_float32_weights_on_a_cpu_and_bf16_weights_on_a_gpu(caplog):
+    from training.grpo import build_grpo_config
+
+    auto = parse_config([])
+    cpu = build_grpo_config(auto, cuda=False, bf16_ok=True)  # a CPU with AVX-512 BF16 / AMX
+    assert cpu.bf16 and cpu.model_init_kwargs == {"dtype": "float32"}
+    plain_cpu = build_grpo_config(auto, cuda=False, bf16_ok=False)
+    assert not plain_cpu.bf16 and plain_cpu.model_init_kwargs == {"dtype": "float32"}
+    off = build_grpo_config(parse_config(["--bf16", "false"]), cuda=False, bf16_ok=True)
+    assert not off.bf16
+    with caplog.at_level(logging.WARNING, logger="training.grpo"):
+        forced = build_grpo_config(parse_config(["--bf16", "true"]), cuda=False, bf16_ok=False)
+    assert forced.bf16 and forced.model_init_kwargs == {"dtype": "float32"}
+    assert "emulated and slower than float32" in caplog.text
+
+
 def test_vllm_rollouts_get_the_one_piece_grammar():
     from mas_orchestra.spec.grammar import GrammarLimits, orchestration_grammar
     from training.grpo import _orchestration_constraint, build_grpo_config
@@ -552,6 +570,37 @@ def test_grpo_main_end_to_end_tiny_model(tmp_path, capsys):
     assert sorted({r["step"] for r in rollouts}) == [1, 2, 3]
     assert all(r["status"] and "completion" in r and r["question"] for r in rollouts)
     assert len([r for r in rollouts if r["step"] == 3]) == 2  # one prompt x 2 generations
+
+
+@needs_train
+def test_cpu_bf16_trains_under_autocast_and_keeps_float32_lora_weights(tmp_path, monkeypatch):
+    """``--bf16 true`` on a CPU: the policy forward runs under bf16 autocast, the adapter stays float32."""
+    import torch
+    from safetensors.torch import load_file
+
+    from training import shared_prefix
+    from training.grpo import main
+
+    seen: list[tuple[bool, object]] = []
+    packed_forward = shared_prefix.shared_prefix_logps
+
+    def recording(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
+        return packed_forward(*args, **kwargs)
+
+    monkeypatch.setattr(shared_prefix, "shared_prefix_logps", recording)
+    model = _tiny_model(tmp_path / "tiny")
+    out = tmp_path / "run"
+    summary = main(["--model", str(model), "--subagent", "scripted:4", "--dataset", "masbench:depth:2:n=2",
+                    "--max-steps", "1", "--num-generations", "2", "--per-device-train-batch-size", "2",
+                    "--gradient-accumulation-steps", "1", "--max-completion-length", "16", "--bf16", "true",
+                    "--shared-prefix", "true", "--output-dir", str(out)])
+    _check_run(out, summary, 1)
+    assert summary["precision"] == {"weights": "float32", "autocast": "bfloat16"}
+    assert seen and all(enabled and dtype == torch.bfloat16 for enabled, dtype in seen)
+    assert {tensor.dtype for tensor in load_file(str(out / "adapter_model.safetensors")).values()} == {torch.float32}
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    assert math.isfinite(next(e for e in history if "loss" in e)["loss"])
 
 
 @needs_train

@@ -112,19 +112,41 @@ def test_shared_prefix_equals_the_full_forward_in_values_and_gradients(tiny, che
 
 
 def test_a_micro_batch_packs_into_one_sequence(tiny) -> None:  # type: ignore[no-untyped-def]
-    from training.shared_prefix import pack_rows
+    from training.shared_prefix import completion_lengths, pack_rows
 
     ids, mask, keep = _batch(tiny[1])
-    packed, additive, positions, predictors, rows = pack_rows(ids, mask, keep, torch.float32)
-    assert rows == [0, 1, 2, 3]
-    assert packed.shape[1] == 6 + 2 * keep + 3 + 2 * keep  # each prompt once, without its padding
-    visible = additive[0, 0] == 0
-    second_group_start = 6 + 2 * keep
+    assert completion_lengths(mask, keep).tolist() == [4, 2, 3, 4]
+    packed = pack_rows(ids, mask, keep, torch.float32)
+    # each prompt once without its padding, each completion up to its end: 6 + 4 + 2, then 3 + 3 + 4
+    assert packed.ids[0].tolist() == [5, 6, 7, 8, 9, 10, 20, 21, 22, 23, 24, 25, 11, 12, 13, 26, 27, 28,
+                                      29, 30, 31, 32]
+    visible = packed.mask[0, 0] == 0
+    second_group_start = 12
     assert not visible[second_group_start:, :second_group_start].any()  # groups never see each other
-    assert not visible[6 + keep, 6]  # completion 2 does not see completion 1
-    assert visible[6 + keep, 5] and visible[6 + keep, 0]  # ... but sees its prompt
-    assert positions[0, second_group_start] == 3  # the 3-token prompt sat after 3 pads in its row
-    assert predictors[0] == 5 and predictors[keep] == 5  # both first tokens are predicted at the prompt's end
+    assert not visible[10, 6]  # completion 2 does not see completion 1
+    assert visible[10, 5] and visible[10, 0]  # ... but sees its prompt
+    assert packed.positions[0].tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 6, 7,  # row 1's completion restarts at 6
+                                            3, 4, 5, 6, 7, 8, 6, 7, 8, 9]  # the 3-token prompt sat after 3 pads
+    # both first tokens of a group are predicted at its prompt's end; later ones at the token before
+    assert packed.predictors.tolist() == [5, 6, 7, 8, 5, 10, 14, 15, 16, 14, 18, 19, 20]
+    assert packed.slots.tolist() == [0, 1, 2, 3, 4, 5, 8, 9, 10, 12, 13, 14, 15]  # row * keep + t
+
+
+def test_padding_after_a_completion_is_neither_run_nor_scored(tiny) -> None:  # type: ignore[no-untyped-def]
+    from training.shared_prefix import shared_prefix_logps
+
+    ids, mask, keep = _batch(tiny[1])
+    model = _peft(tiny)
+    with torch.no_grad():
+        logps, entropy = shared_prefix_logps(model, ids, mask, keep, temperature=0.7, compute_entropy=True)
+        wider_ids = torch.cat([ids, torch.full((4, 3), 7)], dim=1)  # three more padded columns, other ids
+        wider_mask = torch.cat([mask, torch.zeros(4, 3, dtype=mask.dtype)], dim=1)
+        wider, _ = shared_prefix_logps(model, wider_ids, wider_mask, keep + 3, temperature=0.7)
+    completion_mask = mask[:, -keep:].bool()
+    assert (logps[~completion_mask] == 0).all() and (entropy[~completion_mask] == 0).all()
+    assert (logps[completion_mask] < 0).all()
+    torch.testing.assert_close(wider[:, :keep], logps)  # padding changes nothing that is scored
+    assert (wider[:, keep:] == 0).all()
 
 
 def _generation_config(tokenizer, do_sample: bool, max_new: int = 12, **extra):  # type: ignore[no-untyped-def]

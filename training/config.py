@@ -163,7 +163,9 @@ class OrchestraGRPOConfig:
         "at the end, merge the LoRA adapter into the base model and save it to <output_dir>/merged"))
     seed: int = field(default=0, metadata=_help("random seed"))
     bf16: str = field(default="auto", metadata=_help(
-        "bf16 weights and mixed precision: auto (only on a GPU that supports it) | true | false"))
+        "bf16 mixed precision: auto (where the hardware multiplies bf16 natively: a bf16 GPU, a CPU with AVX-512 "
+        "BF16 or AMX) | true | false. A GPU loads the weights in bf16; a CPU keeps them float32 and runs the "
+        "training forward and backward under bf16 autocast (rollouts still sample in float32)"))
     gradient_checkpointing: str = field(default="auto", metadata=_help(
         "recompute activations to save memory: auto (on GPU only) | true | false"))
     # -- vLLM -----------------------------------------------------------------------------------------------

@@ -110,9 +110,10 @@ def build_grpo_config(cfg: OrchestraGRPOConfig, *, cuda: bool, bf16_ok: bool, co
     """
     from trl import GRPOConfig
 
-    bf16 = _flag(cfg.bf16, cuda and bf16_ok)
-    if bf16 and not cuda:
-        log.warning("bf16 on CPU is slow and not what the smoke run needs; continuing as asked")
+    bf16 = _flag(cfg.bf16, bf16_ok)
+    if bf16 and not cuda and not bf16_ok:
+        log.warning("bf16 autocast on a CPU without native bf16 (AVX-512 BF16 or AMX) is emulated and slower than "
+                    "float32; continuing as asked")
     kwargs: dict[str, Any] = {
         "output_dir": cfg.output_dir,
         "max_steps": cfg.max_steps,
@@ -137,7 +138,9 @@ def build_grpo_config(cfg: OrchestraGRPOConfig, *, cuda: bool, bf16_ok: bool, co
         "use_cpu": not cuda,
         "gradient_checkpointing": _flag(cfg.gradient_checkpointing, cuda),
         "remove_unused_columns": False,  # the reward reads question/answer/id
-        "model_init_kwargs": {"dtype": "bfloat16" if bf16 else "float32"},
+        # A GPU holds the weights in bf16; a CPU keeps float32 weights and runs the forward and backward under
+        # bf16 autocast (accelerate's mixed precision), so LoRA weights, gradients and Adam stay float32.
+        "model_init_kwargs": {"dtype": "bfloat16" if bf16 and cuda else "float32"},
         "log_completions": False,
         "use_vllm": cfg.use_vllm,
         "dataloader_num_workers": 0,
@@ -222,13 +225,14 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     from mas_orchestra.bench.training_curve import compare_windows, curve_from_history
+    from mas_orchestra.models.precision import cpu_has_native_bf16
     from training.data import build_dataset, filter_long_prompts
     from training.rewards import make_outcome_reward, orchestra_registry
     from training.trainer import CurvePlotter, HeapTrimmer, OrchestraGRPOTrainer, StepTimer, peak_rss_mb
 
     checkpoint = _checked_resume_checkpoint(cfg)
     cuda = torch.cuda.is_available()
-    bf16_ok = cuda and torch.cuda.is_bf16_supported()
+    bf16_ok = torch.cuda.is_bf16_supported() if cuda else cpu_has_native_bf16()
     model_path = resolve_orchestrator(cfg.model)
     search = None
     if cfg.search:
@@ -344,6 +348,8 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         "peak_cuda_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
         "wall_s": time.perf_counter() - started,
         "device": "cuda" if cuda else "cpu",
+        # what the training forward and backward ran in: the weights' dtype, and autocast's (None: off)
+        "precision": {"weights": args.model_init_kwargs["dtype"], "autocast": "bfloat16" if args.bf16 else None},
         "processes": world_size(),
         "torch_threads": torch.get_num_threads(),
         "is_main_process": main_process,
@@ -382,7 +388,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
         print(f"reward curve:   {summary['reward_curve']}")
     peak_gpu = summary["peak_cuda_mb"]
     print(f"peak RSS {summary['peak_rss_mb']:.0f} MiB" + (f", peak GPU {peak_gpu:.0f} MiB" if peak_gpu else "")
-          + f", total {summary['wall_s']:.0f} s on {summary['device']}")
+          + f", total {summary['wall_s']:.0f} s on {summary['device']}"
+          + (f" (bf16 autocast over {summary['precision']['weights']} weights)" if summary["precision"]["autocast"]
+             else ""))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -12,7 +12,8 @@ into the one copy of the prompt, as it flowed into each row's copy.
 
 Because it is one ordinary forward (no key/value cache), it works with gradient checkpointing and under a DDP
 wrapper (one forward per backward). Log-probabilities are computed only at completion positions (TRL's fused
-head, on a CPU, scores every position of the full sequence). Rows whose prompts differ (ids or padding) form
+head, on a CPU, scores every position of the full sequence), and each completion only up to its end (the
+padding after it, masked out of the loss, is not run). Rows whose prompts differ (ids or padding) form
 separate groups, packed side by side in the same sequence (a token never sees another group).
 
 Imports torch.
@@ -20,11 +21,12 @@ Imports torch.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
-__all__ = ["MAX_PACKED_TOKENS", "pack_rows", "prompt_groups", "shared_prefix_logps", "shared_prefix_supported"]
+__all__ = ["MAX_PACKED_TOKENS", "PackedBatch", "completion_lengths", "pack_rows", "prompt_groups",
+           "shared_prefix_logps", "shared_prefix_supported"]
 
 #: Longest packed micro-batch: its additive attention mask is dense (tokens² entries; 8,192 tokens = 256 MiB
 #: in float32), so longer ones fall back to TRL's row-by-row forward.
@@ -62,47 +64,75 @@ def _token_logps(logits: torch.Tensor, tokens: torch.Tensor, compute_entropy: bo
     return chosen, entropy
 
 
+class PackedBatch(NamedTuple):
+    """A micro-batch packed into one sequence (:func:`pack_rows`)."""
+
+    #: ``[1, T]`` token ids: each group's prompt once, then each of its completions up to its end
+    ids: torch.Tensor
+    #: ``[1, 1, T, T]`` additive attention mask
+    mask: torch.Tensor
+    #: ``[1, T]`` position ids, the full forward's own
+    positions: torch.Tensor
+    #: for every packed completion token, the packed position whose logits predict it
+    predictors: torch.Tensor
+    #: for every packed completion token, its index in the flattened ``[rows, logits_to_keep]`` output
+    slots: torch.Tensor
+
+
+def completion_lengths(attention_mask: torch.Tensor, logits_to_keep: int) -> torch.Tensor:
+    """Per row, how many completion tokens count: up to the last one the mask keeps (TRL masks what follows a
+    completion's end-of-text token, and the right padding)."""
+    kept = attention_mask[:, -logits_to_keep:].bool()
+    ordinal = torch.arange(1, logits_to_keep + 1, device=attention_mask.device)
+    return (kept * ordinal).amax(dim=1) if logits_to_keep else kept.sum(dim=1)
+
+
 def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, mask_dtype: torch.dtype
-              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
+              ) -> PackedBatch:
     """The whole micro-batch as one sequence: each group's prompt once, then its completions.
 
-    Returns ``(ids [1, T], additive mask [1, 1, T, T], position ids [1, T], predictors, rows)``: ``predictors``
-    holds, for every completion token in packed order, the index of the position that predicts it, and ``rows``
-    the original row of each packed completion. A token sees the earlier tokens of its own group's prompt and of
-    its own completion, nothing else. A prompt's padding is dropped (nothing attends to it in the full forward
-    either); positions are the full forward's own (``0 .. len-1`` over the padded row), so rotary embeddings
-    see the same numbers.
+    A token sees the earlier tokens of its own group's prompt and of its own completion, nothing else. A
+    prompt's padding is dropped (nothing attends to it in the full forward either), and so is each completion's
+    tail after its last kept token (the right padding after its end-of-text token, masked out of TRL's loss), so
+    a group costs its completions' real lengths, not ``rows × the longest``. Positions are the full forward's own
+    (``0 .. len-1`` over the padded row), so rotary embeddings see the same numbers.
     """
     length = int(input_ids.size(1))
     prompt_len = length - logits_to_keep
     device = input_ids.device
-    pieces, positions, groups, blocks, predictors, rows = [], [], [], [], [], []
+    lengths = completion_lengths(attention_mask, logits_to_keep).tolist()
+    pieces, positions, groups, blocks, predictors, slots = [], [], [], [], [], []
     offset = 0
     completion_pos = torch.arange(prompt_len, length, device=device)
     for g, group in enumerate(prompt_groups(input_ids, attention_mask, logits_to_keep)):
         keep = attention_mask[group[0], :prompt_len].bool()
-        prompt_ids = input_ids[group[0], :prompt_len][keep]
-        n_prompt, k = int(prompt_ids.numel()), len(group)
-        pieces += [prompt_ids, input_ids[group, prompt_len:].reshape(-1)]
-        positions += [torch.arange(prompt_len, device=device)[keep], completion_pos.repeat(k)]
-        groups.append(torch.full((n_prompt + k * logits_to_keep,), g, dtype=torch.long, device=device))
-        blocks += [torch.zeros(n_prompt, dtype=torch.long, device=device),
-                   torch.arange(1, k + 1, device=device).repeat_interleave(logits_to_keep)]
-        # completion j's token t is predicted at its token t-1; its first token at the prompt's last position
-        starts = offset + n_prompt + torch.arange(k, device=device) * logits_to_keep
-        predicted_at = starts.unsqueeze(1) + torch.arange(-1, logits_to_keep - 1, device=device).unsqueeze(0)
-        predicted_at[:, 0] = offset + n_prompt - 1
-        predictors.append(predicted_at.reshape(-1))
-        rows += group
-        offset += n_prompt + k * logits_to_keep
+        n_prompt = int(keep.sum())
+        pieces.append(input_ids[group[0], :prompt_len][keep])
+        positions.append(torch.arange(prompt_len, device=device)[keep])
+        blocks.append(torch.zeros(n_prompt, dtype=torch.long, device=device))
+        prompt_end = offset + n_prompt - 1  # predicts every completion's first token
+        offset += n_prompt
+        group_start = offset - n_prompt
+        for block, row in enumerate(group, start=1):
+            n = int(lengths[row])
+            pieces.append(input_ids[row, prompt_len:prompt_len + n])
+            positions.append(completion_pos[:n])
+            blocks.append(torch.full((n,), block, dtype=torch.long, device=device))
+            # token t of the completion is predicted at its token t-1, the first one at the prompt's end
+            predicted_at = offset - 1 + torch.arange(n, device=device)
+            predicted_at[:1] = prompt_end
+            predictors.append(predicted_at)
+            slots.append(row * logits_to_keep + torch.arange(n, device=device))
+            offset += n
+        groups.append(torch.full((offset - group_start,), g, dtype=torch.long, device=device))
     group_of, block_of = torch.cat(groups), torch.cat(blocks)
     index = torch.arange(offset, device=device)
     visible = ((index.unsqueeze(1) >= index.unsqueeze(0)) & (group_of.unsqueeze(1) == group_of.unsqueeze(0))
                & ((block_of.unsqueeze(0) == 0) | (block_of.unsqueeze(0) == block_of.unsqueeze(1))))
     mask = torch.zeros((offset, offset), dtype=mask_dtype, device=device)
     mask.masked_fill_(~visible, torch.finfo(mask_dtype).min)
-    return (torch.cat(pieces).unsqueeze(0), mask[None, None], torch.cat(positions).unsqueeze(0),
-            torch.cat(predictors), rows)
+    return PackedBatch(torch.cat(pieces).unsqueeze(0), mask[None, None], torch.cat(positions).unsqueeze(0),
+                       torch.cat(predictors), torch.cat(slots))
 
 
 def shared_prefix_logps(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
@@ -115,14 +145,15 @@ def shared_prefix_logps(model: Any, input_ids: torch.Tensor, attention_mask: tor
     """
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     mask_dtype = inner.dtype if inner.dtype.is_floating_point else torch.float32
-    ids, mask, positions, predictors, rows = pack_rows(input_ids, attention_mask, logits_to_keep, mask_dtype)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=predictors,
-                use_cache=False)
-    targets = input_ids[rows, -logits_to_keep:].reshape(1, -1)
+    packed = pack_rows(input_ids, attention_mask, logits_to_keep, mask_dtype)
+    out = model(input_ids=packed.ids, attention_mask=packed.mask, position_ids=packed.positions,
+                logits_to_keep=packed.predictors, use_cache=False)
+    targets = input_ids[:, -logits_to_keep:].reshape(-1)[packed.slots].unsqueeze(0)
     packed_logps, packed_entropy = _token_logps(out.logits / temperature, targets, compute_entropy)
-    # back to the micro-batch's row order
-    order = torch.empty(len(rows), dtype=torch.long, device=input_ids.device)
-    order[torch.tensor(rows, device=input_ids.device)] = torch.arange(len(rows), device=input_ids.device)
-    logps = packed_logps.reshape(len(rows), logits_to_keep)[order]
-    entropies = None if packed_entropy is None else packed_entropy.reshape(len(rows), logits_to_keep)[order]
-    return logps, entropies
+    rows = int(input_ids.size(0))
+
+    def unpack(values: torch.Tensor) -> torch.Tensor:  # back to [rows, logits_to_keep], 0 after each end
+        flat = values.new_zeros(rows * logits_to_keep).index_copy(0, packed.slots, values.reshape(-1))
+        return flat.reshape(rows, logits_to_keep)
+
+    return unpack(packed_logps), None if packed_entropy is None else unpack(packed_entropy)
