@@ -9,15 +9,18 @@ calculator as sub-agent) for ``--steps`` steps with ``--profile-phases``, one af
   per query head (``TRANSFORMERS_SDPA_FORCE_GQA=0``) — the recipe as it was;
 * ``unmerged``: the recipe as it is, but rollouts sampled through the unmerged LoRA adapter in the trainer's
   mode (``--no-merged-sampling``, how the batched rollouts sampled before ``sampling_policy``);
+* ``float32``: the recipe as it is, but the training forward and backward in float32 (``--bf16 false``; the
+  same as ``after`` on a CPU without native bf16);
 * ``after``: the recipe as it is (batched rollouts sampled in eval mode from merged LoRA weights with freed
-  heap memory reused while decoding, shared-prefix packed forward, no dropout, gradient checkpointing, whole
-  group in one micro-batch, heap released, grouped-query attention in place).
+  heap memory reused while decoding, shared-prefix packed forward of each completion up to its end, no
+  dropout, gradient checkpointing, whole group in one micro-batch, heap released, grouped-query attention in
+  place, and on a CPU with native bf16 the forward and backward under bf16 autocast).
 
 Per case: mean seconds per phase over the steps after the first (the first carries one-off warm-up), the highest
-peak RSS of each phase, the step wall, and ``ratio`` = case / the first case run; the last line compares
-``after`` with ``unmerged`` phase by phase.
+peak RSS of each phase, the step wall, and ``ratio`` = case / the first case run; the last lines compare
+``after`` with ``unmerged`` and ``float32`` phase by phase.
 
-    python benchmarks/grpo_step.py [--steps 3] [--rounds 1] [--cases before,unmerged,after]
+    python benchmarks/grpo_step.py [--steps 3] [--rounds 1] [--cases before,unmerged,float32,after]
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ CASES: dict[str, tuple[list[str], dict[str, str]]] = {
         "--gradient-accumulation-steps", "2",
     ], {"TRANSFORMERS_SDPA_FORCE_GQA": "0"}),
     "unmerged": (["--no-merged-sampling"], {}),
+    "float32": (["--bf16", "false"], {}),
     "after": ([], {}),
 }
 
@@ -111,11 +115,13 @@ def main() -> None:
     for row in rows[1:]:
         print(f"{row['case']}/{rows[0]['case']}: step {row['ratio']}, peak RSS {row['peak_rss_ratio']}, "
               + ", ".join(f"{p} {row[f'{p}_ratio']}" for p in PHASES if f"{p}_ratio" in row))
-    if "after" in by_case and "unmerged" in by_case and rows[0]["case"] != "unmerged":
-        after = by_case["after"]
-        _ratios(after, by_case["unmerged"], prefix="vs_unmerged_")
-        print(f"after/unmerged: step {after['vs_unmerged_ratio']}, peak RSS {after['vs_unmerged_peak_rss_ratio']}, "
-              + ", ".join(f"{p} {after[f'vs_unmerged_{p}_ratio']}" for p in PHASES if f"vs_unmerged_{p}_ratio" in after))
+    for other in ("unmerged", "float32"):  # the one change each case leaves out, against the recipe as it is
+        if "after" in by_case and other in by_case and rows[0]["case"] != other:
+            after = by_case["after"]
+            _ratios(after, by_case[other], prefix=f"vs_{other}_")
+            print(f"after/{other}: step {after[f'vs_{other}_ratio']}, peak RSS {after[f'vs_{other}_peak_rss_ratio']}, "
+                  + ", ".join(f"{p} {after[f'vs_{other}_{p}_ratio']}" for p in PHASES
+                              if f"vs_{other}_{p}_ratio" in after))
     print(json.dumps(rows))
 
 

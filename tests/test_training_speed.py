@@ -340,3 +340,45 @@ def test_reuse_freed_memory_lifts_and_restores_the_mmap_threshold(monkeypatch) -
         assert calls == [("mallopt", -3, 32 << 20), ("mallopt", -1, 32 << 20)]
         raise ValueError("the block fails")
     assert calls[2:] == [("mallopt", -3, 1 << 20), ("mallopt", -1, 1 << 20), ("trim", 0)]
+
+
+def test_entropy_outside_autograd_has_the_same_values(tiny) -> None:  # type: ignore[no-untyped-def]
+    from training.shared_prefix import shared_prefix_logps
+
+    ids, mask, keep = _batch(tiny[1])
+    model = _peft(tiny)
+    logps, entropy = shared_prefix_logps(model, ids, mask, keep, temperature=0.7, compute_entropy=True)
+    logps_metric, entropy_metric = shared_prefix_logps(model, ids, mask, keep, temperature=0.7,
+                                                       compute_entropy=True, entropy_grad=False)
+    assert entropy.requires_grad and not entropy_metric.requires_grad and logps_metric.requires_grad
+    torch.testing.assert_close(entropy_metric, entropy.detach())
+    torch.testing.assert_close(logps_metric, logps)
+
+
+def test_checkpointing_every_n_layers_survives_trl_switching_it_off_and_on(tiny) -> None:  # type: ignore[no-untyped-def]
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    from training.trainer import checkpoint_every_n_layers
+
+    ids, mask, _keep = _batch(tiny[1])
+    results = {}
+    for every in (0, 1, 2):  # 0: no checkpointing
+        model = _peft(tiny)
+        model.train()
+        inner = model.get_base_model()
+        if every:
+            checkpoint_every_n_layers(model, every)
+            inner.gradient_checkpointing_enable({"use_reentrant": False})
+            # TRL around each generation: off, then on again with the checkpoint function's arguments only
+            inner.gradient_checkpointing_disable()
+            assert not any(m.gradient_checkpointing for m in inner.modules()
+                           if isinstance(m, GradientCheckpointingLayer))
+            inner.gradient_checkpointing_enable({"use_reentrant": False})
+            flags = [m.gradient_checkpointing for m in inner.modules() if isinstance(m, GradientCheckpointingLayer)]
+            assert len(flags) >= 2 and flags == [i % every == 0 for i in range(len(flags))]
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        (logits[mask.bool()].logsumexp(-1).sum()).backward()
+        results[every] = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+    for every in (1, 2):  # recomputation changes where activations come from, not the gradients
+        for name, grad in results[every].items():
+            torch.testing.assert_close(grad, results[0][name], atol=1e-5, rtol=1e-4)

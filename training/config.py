@@ -168,6 +168,9 @@ class OrchestraGRPOConfig:
         "training forward and backward under bf16 autocast (rollouts still sample in float32)"))
     gradient_checkpointing: str = field(default="auto", metadata=_help(
         "recompute activations to save memory: auto (on GPU only) | true | false"))
+    checkpoint_every_n_layers: int = field(default=1, metadata=_help(
+        "with gradient checkpointing, recompute only every n-th decoder layer (transformers' every_n_layers; "
+        "1 = every layer; 2 = half of them: a faster backward, more memory), kept across TRL's generation steps"))
     # -- vLLM -----------------------------------------------------------------------------------------------
     use_vllm: bool = field(default=False, metadata=_help(
         f"generate rollouts with vLLM (needs a GPU and {install_command('vllm')})"))
@@ -205,7 +208,7 @@ class OrchestraGRPOConfig:
         choice("shared_prefix", ("auto", "true", "false"))
         for name in ("max_steps", "num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
                      "max_completion_length", "lora_r", "lora_alpha", "reward_concurrency", "logging_steps",
-                     "save_steps", "vllm_tensor_parallel_size"):
+                     "save_steps", "vllm_tensor_parallel_size", "checkpoint_every_n_layers"):
             if getattr(self, name) < 1:
                 problems.append(f"{name}={getattr(self, name)!r}: must be >= 1")
         if self.num_generations < 2:

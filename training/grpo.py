@@ -228,7 +228,14 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
     from mas_orchestra.models.precision import cpu_has_native_bf16
     from training.data import build_dataset, filter_long_prompts
     from training.rewards import make_outcome_reward, orchestra_registry
-    from training.trainer import CurvePlotter, HeapTrimmer, OrchestraGRPOTrainer, StepTimer, peak_rss_mb
+    from training.trainer import (
+        CurvePlotter,
+        HeapTrimmer,
+        OrchestraGRPOTrainer,
+        StepTimer,
+        checkpoint_every_n_layers,
+        peak_rss_mb,
+    )
 
     checkpoint = _checked_resume_checkpoint(cfg)
     cuda = torch.cuda.is_available()
@@ -282,6 +289,8 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
     )
     if validation is not None:
         validation.attach(trainer)
+    if cfg.checkpoint_every_n_layers > 1:
+        checkpoint_every_n_layers(trainer.model, cfg.checkpoint_every_n_layers)
     if cfg.profile_phases:
         from training.profiling import profile_trainer
 

@@ -21,6 +21,7 @@ Imports torch.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, NamedTuple
 
 import torch
@@ -55,12 +56,19 @@ def shared_prefix_supported(model: Any) -> str | None:
     return None
 
 
-def _token_logps(logits: torch.Tensor, tokens: torch.Tensor, compute_entropy: bool
+def _token_logps(logits: torch.Tensor, tokens: torch.Tensor, compute_entropy: bool, entropy_grad: bool = True
                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probability of ``tokens`` under ``logits`` (already divided by the temperature), and the entropy."""
+    """Log-probability of ``tokens`` under ``logits`` (already divided by the temperature), and the entropy.
+
+    With ``entropy_grad=False`` the entropy is computed outside autograd (a metric, not a loss term), so nothing
+    of it is kept for backward: one vocabulary-sized tensor per scored token less at the step's peak.
+    """
     logps = torch.log_softmax(logits.float(), dim=-1)
     chosen = logps.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-    entropy = -(logps.exp() * logps).sum(-1) if compute_entropy else None
+    entropy = None
+    if compute_entropy:
+        with contextlib.nullcontext() if entropy_grad else torch.no_grad():
+            entropy = -(logps.exp() * logps).sum(-1)
     return chosen, entropy
 
 
@@ -136,12 +144,13 @@ def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_k
 
 
 def shared_prefix_logps(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
-                        temperature: float, compute_entropy: bool = False
+                        temperature: float, compute_entropy: bool = False, entropy_grad: bool = True
                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probabilities (and entropies) of the last ``logits_to_keep`` tokens of every row.
 
     ``model`` is the (PEFT-wrapped) causal LM as TRL holds it; ``temperature`` divides the logits, as TRL's
-    fused head does. Returns ``[rows, logits_to_keep]`` tensors, like TRL's ``_get_per_token_logps_and_entropies``.
+    fused head does; ``entropy_grad=False`` computes the entropy outside autograd (TRL needs its gradient only for
+    an entropy bonus). Returns ``[rows, logits_to_keep]`` tensors, like TRL's ``_get_per_token_logps_and_entropies``.
     """
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     mask_dtype = inner.dtype if inner.dtype.is_floating_point else torch.float32
@@ -149,7 +158,8 @@ def shared_prefix_logps(model: Any, input_ids: torch.Tensor, attention_mask: tor
     out = model(input_ids=packed.ids, attention_mask=packed.mask, position_ids=packed.positions,
                 logits_to_keep=packed.predictors, use_cache=False)
     targets = input_ids[:, -logits_to_keep:].reshape(-1)[packed.slots].unsqueeze(0)
-    packed_logps, packed_entropy = _token_logps(out.logits / temperature, targets, compute_entropy)
+    logits = out.logits if temperature == 1.0 else out.logits / temperature
+    packed_logps, packed_entropy = _token_logps(logits, targets, compute_entropy, entropy_grad)
     rows = int(input_ids.size(0))
 
     def unpack(values: torch.Tensor) -> torch.Tensor:  # back to [rows, logits_to_keep], 0 after each end

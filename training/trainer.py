@@ -33,9 +33,27 @@ from mas_orchestra.bench.training_curve import (
 from mas_orchestra.errors import MissingExtraError
 from training.rewards import RolloutRecord, summarize
 
-__all__ = ["CurvePlotter", "HeapTrimmer", "OrchestraGRPOTrainer", "StepTimer", "peak_rss_mb"]
+__all__ = ["CurvePlotter", "HeapTrimmer", "OrchestraGRPOTrainer", "StepTimer", "checkpoint_every_n_layers",
+           "peak_rss_mb"]
 
 log = logging.getLogger("training.trainer")
+
+
+def checkpoint_every_n_layers(model: Any, every_n_layers: int) -> None:
+    """Make every later activation-checkpointing switch of ``model`` checkpoint only every n-th decoder layer.
+
+    transformers takes ``every_n_layers`` when the Trainer enables checkpointing, but TRL turns checkpointing off
+    around each generation and back on with the checkpoint function's own keyword arguments only, which would
+    checkpoint every layer again from the second step on; so the choice is fixed on the model instead.
+    """
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    set_layers = inner._set_gradient_checkpointing
+
+    def set_gradient_checkpointing(enable: bool = True, *args: Any, **kwargs: Any) -> Any:
+        kwargs["every_n_layers"] = every_n_layers
+        return set_layers(enable, *args, **kwargs)
+
+    inner._set_gradient_checkpointing = set_gradient_checkpointing
 
 
 def peak_rss_mb() -> float:
@@ -119,8 +137,10 @@ class OrchestraGRPOTrainer(GRPOTrainer):
         from training.shared_prefix import shared_prefix_logps
 
         with self.accelerator.autocast():
+            # TRL's entropy is a metric and a token mask unless an entropy bonus puts it into the loss
             logps, entropies = shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep,
-                                                   self.temperature, compute_entropy)
+                                                   self.temperature, compute_entropy,
+                                                   entropy_grad=getattr(self, "_entropy_bonus_enabled", True))
         return logps, entropies, None
 
     def _shared_prefix_refusal(self, model: Any, compute_aux_loss: bool, multimodal: dict[str, Any]) -> str | None:

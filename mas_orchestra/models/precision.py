@@ -12,8 +12,11 @@ The choice, per request: ``HFChatModel(prefill_precision=...)``, else ``MAS_PREF
 * ``float32``: always the model's own precision (bit-for-bit what ``model.generate`` computes);
 * ``bfloat16``: bf16 prefill on any CPU (slow where bf16 is emulated).
 
-Measured on a CPU without native bf16 (AMD EPYC, AVX2): a bf16 prefill of the 1,287-token orchestrator prompt
-took 6.4× as long as float32 and a bf16 decode step 1.6× as long, which is why ``auto`` asks for the CPU flag.
+Measured on a CPU with native bf16 (AMD EPYC with AVX-512 BF16, 2 threads): the 1,287-token orchestrator prompt
+prefilled in 1.67 s in bf16 against 2.21 s in float32 (0.76×), a decode step took 108 ms under bf16 autocast
+against 68 ms in float32 (1.59×), and greedy text was the same. On a CPU without native bf16 (AMD EPYC, AVX2)
+the bf16 prefill took 6.4× as long as float32 and a bf16 decode step 1.6× as long, which is why ``auto`` asks
+for the CPU flag.
 
 Only prompts with at least :data:`MIN_BF16_PREFILL_TOKENS` uncached tokens are prefilled in bf16 (a few
 tokens gain nothing and pay the weights' cast). bf16 rounds the prompt's key/values to about three significant
