@@ -312,3 +312,44 @@ def test_a_failing_forward_pass_fails_its_batch_with_a_typed_error_and_the_worke
     after = batcher.submit(GenerationRequest(input_ids=ids[0], max_new_tokens=3, threads=1)).result(timeout=120)
     assert len(after.token_ids) == 3 and after.finish_reason == "length"
     batcher.close()
+
+
+@needs_embedded
+def test_run_decodes_on_the_calling_thread_with_the_same_tokens_as_the_worker(models) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    from mas_orchestra.models.batching import GenerationBatcher, GenerationRequest
+
+    batched, _ = models
+    bundle = batched._load()
+    end_ids = {int(bundle.tokenizer.eos_token_id)}
+    ids = [bundle.tokenizer(text, return_tensors="pt")["input_ids"] for text in ("Hello there", "Once upon a time")]
+
+    def requests() -> list[GenerationRequest]:
+        return [GenerationRequest(input_ids=i, max_new_tokens=8, threads=1) for i in ids]
+
+    worker = GenerationBatcher(bundle.model, bundle.tokenizer, bundle.device, end_ids=end_ids)
+    expected = [f.result(timeout=120).token_ids for f in [worker.submit(r) for r in requests()]]
+    worker.close()
+
+    seen_threads: set[int] = set()
+
+    class Spy:
+        """The real model, recording which thread runs each forward pass."""
+
+        forward = bundle.model.forward  # the batcher reads its signature
+
+        def __call__(self, **kwargs):  # type: ignore[no-untyped-def]
+            seen_threads.add(threading.get_ident())
+            return bundle.model(**kwargs)
+
+    inline = GenerationBatcher(Spy(), bundle.tokenizer, bundle.device, end_ids=end_ids)
+    futures = inline.run(requests())
+    assert all(f.done() for f in futures)  # run returns when every request is resolved
+    assert [f.result().token_ids for f in futures] == expected
+    assert seen_threads == {threading.get_ident()}
+    # the batcher is reusable afterwards: a plain submit starts its worker again
+    again = inline.submit(GenerationRequest(input_ids=ids[0], max_new_tokens=3, threads=1)).result(timeout=120)
+    assert again.token_ids == expected[0][:3]
+    assert len(seen_threads) == 2  # that one ran on the worker
+    inline.close()

@@ -301,7 +301,9 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
     if _flag(cfg.batched_rollouts, not cuda) and not cfg.use_vllm:
         from training.rollouts import install_batched_rollouts
 
-        stats = install_batched_rollouts(trainer.model, tokenizer, constraint, merged_sampling=cfg.merged_sampling)
+        # prompts prefilled in the precision the training forward scores them in (bf16 autocast or float32)
+        stats = install_batched_rollouts(trainer.model, tokenizer, constraint, merged_sampling=cfg.merged_sampling,
+                                         prefill_precision="bfloat16" if args.bf16 and not cuda else "float32")
         trainer.decoding_stats = stats if constraint is not None else None
     elif constraint is not None and not cfg.use_vllm:
         from mas_orchestra.models.decoding import constrain_generate

@@ -15,9 +15,12 @@ prompt of a group appears ``num_generations`` times. :func:`install_batched_roll
   weight (W + BA·scale: one matrix multiply per layer instead of three; rollout generation 0.64× the unmerged
   time on the CPU learning recipe, ``benchmarks/grpo_step.py --cases unmerged,after``); the original weight
   tensors are put back untouched afterwards, so training continues on exactly the weights it had;
-* prompts are prefilled in float32, so the rollouts sample exactly the policy being trained;
-  ``MAS_PREFILL_DTYPE=auto`` (or ``bfloat16``) opts into a bf16 prefill on a CPU with native bf16
-  (:mod:`mas_orchestra.models.precision`), which makes them, like vLLM's bf16 samples, slightly off-policy;
+* prompts are prefilled in the precision the training forward runs in (``prefill_precision``): float32 by
+  default, ``bfloat16`` when the trainer scores them under bf16 autocast (``--bf16`` on a CPU with native bf16,
+  :mod:`mas_orchestra.models.precision`); decoding stays float32; ``MAS_PREFILL_DTYPE`` overrides either;
+* the rows decode on the calling thread (:meth:`~mas_orchestra.models.batching.GenerationBatcher.run`), the one
+  that runs the training step: with torch's OpenMP backend a worker thread's decode passes were slower, and
+  so was the next step's forward and backward (``benchmarks/decode_thread.py``);
 * under the orchestration grammar each row has its own matcher, and text the grammar forces is appended in
   one forward pass (jump-forward) instead of one decode step per token.
 
@@ -98,13 +101,16 @@ def _unsupported(config: Any, rest: dict[str, Any]) -> list[str]:
 
 
 def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None, *,
-                             jump_forward: bool = True, merged_sampling: bool = True) -> DecodingStats:
+                             jump_forward: bool = True, merged_sampling: bool = True,
+                             prefill_precision: str = "float32") -> DecodingStats:
     """Make every later ``generate`` of ``model`` (TRL's rollouts, the validation runner's samples) decode
     through the batched decoder.
 
     With a ``constraint`` each row decodes under its grammar (the staged, budget-fitted decoding of
     :class:`~mas_orchestra.models.decoding.ConstrainedLogitsProcessor`). ``merged_sampling`` samples under
     :func:`sampling_policy` (eval mode, merged LoRA weights); False leaves the model as the caller has it.
+    ``prefill_precision`` (``float32`` | ``bfloat16`` | ``auto``, as ``MAS_PREFILL_DTYPE``, which overrides it) is
+    the precision prompts are prefilled in: the training forward's.
     Returns the running :class:`~mas_orchestra.models.decoding.DecodingStats` of all calls (zeros without a
     constraint).
     """
@@ -118,7 +124,7 @@ def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None,
         reasons = _unsupported(config, rest) + (["positional arguments"] if args else [])
         if not reasons:
             return _batched_generate(inner, tokenizer, constraint, kwargs["input_ids"], kwargs.get("attention_mask"),
-                                     config, jump_forward, totals, merged_sampling)
+                                     config, jump_forward, totals, merged_sampling, prefill_precision)
         key = "; ".join(reasons)
         if key not in warned:
             warned.add(key)
@@ -198,7 +204,8 @@ def _add_stats(totals: DecodingStats, stats: DecodingStats) -> None:
 
 
 def _batched_generate(inner: Any, tokenizer: Any, constraint: Any, input_ids: Any, attention_mask: Any,
-                      config: Any, jump_forward: bool, totals: DecodingStats, merged_sampling: bool = True) -> Any:
+                      config: Any, jump_forward: bool, totals: DecodingStats, merged_sampling: bool = True,
+                      prefill_precision: str = "float32") -> Any:
     device = input_ids.device
     max_new = int(config.max_new_tokens)
     stops = stop_token_ids(getattr(config, "eos_token_id", None), tokenizer)
@@ -213,8 +220,9 @@ def _batched_generate(inner: Any, tokenizer: Any, constraint: Any, input_ids: An
                                 prefix_cache=PrefixCache(identity, _CALL_CACHE_BYTES),
                                 max_batch=max(1, int(input_ids.shape[0])))
     compiler = grammar_compiler(tokenizer, int(inner.config.vocab_size), stops) if constraint is not None else None
-    # float32 unless MAS_PREFILL_DTYPE asks otherwise: the rollouts sample the policy being trained exactly
-    prefill_dtype = resolve_prefill_dtype(str(device), inner.dtype, os.environ.get(PREFILL_DTYPE_ENV_VAR) or "float32")
+    # the training forward's precision unless MAS_PREFILL_DTYPE says otherwise
+    prefill_dtype = resolve_prefill_dtype(str(device), inner.dtype,
+                                          os.environ.get(PREFILL_DTYPE_ENV_VAR) or prefill_precision)
     requests, processors = [], []
     mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
     copies = int(getattr(config, "num_return_sequences", None) or 1)
@@ -236,8 +244,8 @@ def _batched_generate(inner: Any, tokenizer: Any, constraint: Any, input_ids: An
         # The merged weight copies are made before the heap is reused, so they are mmapped and go back to the OS
         # when the policy is restored (made inside, they came from the heap: generation peaked ~200 MiB higher).
         with (sampling_policy(inner) if merged_sampling else nullcontext()), reuse_freed_memory():
-            futures = [batcher.submit(request) for request in requests]
-            results = [future.result() for future in futures]
+            # on this thread: the one that runs the training step decodes faster than a worker would
+            results = [future.result() for future in batcher.run(requests)]
     finally:
         batcher.close()
         for processor in processors:
