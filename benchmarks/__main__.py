@@ -32,6 +32,8 @@ SCRIPTS = {
     "batched": ("benchmarks/batched_generation.py", ["--quick"], []),
     # `mas-orchestra [SUBCOMMAND] --help` start-up in fresh processes against `python -c pass`
     "cli_startup": ("benchmarks/cli_startup.py", ["--repeat", "3"], []),
+    # decode passes on the training thread against a worker thread (embedded model, 4 rows)
+    "decode_thread": ("benchmarks/decode_thread.py", ["--rounds", "2", "--passes", "10"], []),
 }
 KEY_COLUMNS = ("wall_s", "critical_path_s", "sequential_s", "speedup_vs_sequential", "ours_us", "bare_langgraph_us",
                "parse_xml_ms", "validate_ms", "compile_ms", "us_per_node", "added_us_per_node", "added_ms_per_run",

@@ -14,7 +14,8 @@ calculator as sub-agent) for ``--steps`` steps with ``--profile-phases``, one af
 * ``after``: the recipe as it is (batched rollouts sampled in eval mode from merged LoRA weights with freed
   heap memory reused while decoding, shared-prefix packed forward of each completion up to its end, no
   dropout, gradient checkpointing, whole group in one micro-batch, heap released, grouped-query attention in
-  place, and on a CPU with native bf16 the forward and backward under bf16 autocast).
+  place, rollouts decoded on the training thread, and on a CPU with native bf16 the forward and backward under
+  bf16 autocast and the rollouts' prompts prefilled in bf16).
 
 Per case: mean seconds per phase over the steps after the first (the first carries one-off warm-up), the highest
 peak RSS of each phase, the step wall, and ``ratio`` = case / the first case run; the last lines compare

@@ -19,8 +19,8 @@ prompt of a group appears ``num_generations`` times. :func:`install_batched_roll
   default, ``bfloat16`` when the trainer scores them under bf16 autocast (``--bf16`` on a CPU with native bf16,
   :mod:`mas_orchestra.models.precision`); decoding stays float32; ``MAS_PREFILL_DTYPE`` overrides either;
 * the rows decode on the calling thread (:meth:`~mas_orchestra.models.batching.GenerationBatcher.run`), the one
-  that runs the training step: with torch's OpenMP backend a worker thread's decode passes were slower, and
-  so was the next step's forward and backward (``benchmarks/decode_thread.py``);
+  that runs the training step: with torch's OpenMP backend a worker thread's decode passes were slower there
+  (4 rows, 900-token context: 118 ms against 142–157 ms per pass, ``benchmarks/decode_thread.py``);
 * under the orchestration grammar each row has its own matcher, and text the grammar forces is appended in
   one forward pass (jump-forward) instead of one decode step per token.
 

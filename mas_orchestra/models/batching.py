@@ -181,7 +181,7 @@ class GenerationBatcher:
 
         For a caller that would only wait for the worker (GRPO rollouts): with torch's OpenMP backend, once a
         thread has run parallel regions (a training step), the same decode pass run from another thread was
-        measured 1.2–1.6× slower on 2 cores (``benchmarks/decode_thread.py``). Requests submitted from other
+        measured 1.2–1.3× slower on 2 cores (``benchmarks/decode_thread.py``). Requests submitted from other
         threads meanwhile join this batch; if a worker is already running, the requests go to it instead.
         """
         with self._start_lock:
