@@ -353,3 +353,32 @@ def test_run_decodes_on_the_calling_thread_with_the_same_tokens_as_the_worker(mo
     assert again.token_ids == expected[0][:3]
     assert len(seen_threads) == 2  # that one ran on the worker
     inline.close()
+
+
+@needs_embedded
+def test_run_while_the_worker_is_busy_hands_the_requests_to_it(models) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    from mas_orchestra.models.batching import GenerationBatcher, GenerationRequest
+
+    batched, _ = models
+    bundle = batched._load()
+    ids = bundle.tokenizer("Once upon a time", return_tensors="pt")["input_ids"]
+    release = threading.Event()
+
+    class Gate:
+        """The real model; its first forward pass waits until the test lets it go, so the worker is busy."""
+
+        forward = bundle.model.forward
+
+        def __call__(self, **kwargs):  # type: ignore[no-untyped-def]
+            release.wait(timeout=60)
+            return bundle.model(**kwargs)
+
+    batcher = GenerationBatcher(Gate(), bundle.tokenizer, bundle.device, end_ids={int(bundle.tokenizer.eos_token_id)})
+    first = batcher.submit(GenerationRequest(input_ids=ids, max_new_tokens=4, threads=1))
+    threading.Timer(0.5, release.set).start()  # run() below finds the worker alive and blocked
+    futures = batcher.run([GenerationRequest(input_ids=ids, max_new_tokens=4, threads=1)])
+    assert all(f.done() for f in futures)
+    assert futures[0].result().token_ids == first.result(timeout=120).token_ids
+    batcher.close()

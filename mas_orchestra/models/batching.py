@@ -29,7 +29,7 @@ import os
 import queue
 import threading
 import weakref
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future, InvalidStateError, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -192,8 +192,7 @@ class GenerationBatcher:
                 self._queue.put(None)  # end once these (and any that join them) are done
                 self._thread = threading.current_thread()
         if not inline:
-            for request in requests:
-                request.future.exception()  # wait; each future keeps its own result or error
+            wait([request.future for request in requests])  # each future keeps its own result or error
             return [request.future for request in requests]
         try:
             self._work()
