@@ -29,3 +29,19 @@ def data_dir() -> Path:
     if not (DATA / "gsm8k_test.jsonl").is_file():
         pytest.skip(f"shared benchmark data not found at {DATA}")
     return DATA
+
+
+@pytest.fixture
+def prefill_dtypes(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The autocast dtype of every batched prefill from now on (``None``: the model's own precision), in order."""
+    from mas_orchestra.models import batching
+
+    seen: list[object] = []
+    real_autocast = batching.prefill_autocast
+
+    def recording(dtype):  # type: ignore[no-untyped-def]
+        seen.append(dtype)
+        return real_autocast(dtype)
+
+    monkeypatch.setattr(batching, "prefill_autocast", recording)
+    return seen

@@ -57,18 +57,8 @@ def test_native_bf16_is_read_from_the_cpu_flags(monkeypatch, tmp_path) -> None: 
 
 
 @pytest.mark.skipif(not _HAVE_EMBEDDED, reason="embedded model not installed (scripts/install.sh)")
-def test_a_bf16_prefill_decodes_and_caches_in_float32(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from mas_orchestra.models import batching
+def test_a_bf16_prefill_decodes_and_caches_in_float32(prefill_dtypes) -> None:  # type: ignore[no-untyped-def]
     from mas_orchestra.models.hf_chat import load_embedded_chat_model
-
-    used: list[object] = []
-    real_autocast = batching.prefill_autocast
-
-    def recording(dtype):  # type: ignore[no-untyped-def]
-        used.append(dtype)
-        return real_autocast(dtype)
-
-    monkeypatch.setattr(batching, "prefill_autocast", recording)
 
     long_system = "You answer arithmetic questions with the number only, after checking each step. " * 12
     messages = [("system", long_system), ("human", "What is 6 times 7?")]
@@ -81,7 +71,7 @@ def test_a_bf16_prefill_decodes_and_caches_in_float32(monkeypatch) -> None:  # t
         for entry in bundle.prefix_cache._entries.values():  # what later prompts reuse is float32
             assert all(k.dtype == torch.float32 and v.dtype == torch.float32 for k, v in entry.layers)
         bundle.prefix_cache.clear()  # the next precision prefills from scratch
-    assert used == [None, torch.bfloat16]  # one prefill each: float32, then under bf16 autocast
+    assert prefill_dtypes == [None, torch.bfloat16]  # one prefill each: float32, then under bf16 autocast
     assert replies["bfloat16"].usage_metadata["input_tokens"] >= MIN_BF16_PREFILL_TOKENS
     for reply in replies.values():
         assert reply.usage_metadata["output_tokens"] > 0 and reply.content.strip()

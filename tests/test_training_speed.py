@@ -384,10 +384,10 @@ def test_checkpointing_every_n_layers_survives_trl_switching_it_off_and_on(tiny)
             torch.testing.assert_close(grad, results[0][name], atol=1e-5, rtol=1e-4)
 
 
-def test_rollouts_prefill_in_the_training_precision_on_the_calling_thread(tiny, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_rollouts_prefill_in_the_training_precision_on_the_calling_thread(tiny, monkeypatch,  # type: ignore[no-untyped-def]
+                                                                          prefill_dtypes) -> None:
     import threading
 
-    from mas_orchestra.models import batching
     from mas_orchestra.models.precision import MIN_BF16_PREFILL_TOKENS, PREFILL_DTYPE_ENV_VAR
     from training.rollouts import install_batched_rollouts
 
@@ -395,14 +395,6 @@ def test_rollouts_prefill_in_the_training_precision_on_the_calling_thread(tiny, 
     prompt = "count the apples and the pears in the basket " * 12
     ids, mask = _left_padded(tokenizer, [prompt] * 2)
     assert ids.shape[1] >= MIN_BF16_PREFILL_TOKENS
-    prefills: list[object] = []
-    original = batching.prefill_autocast
-
-    def spy(dtype):  # type: ignore[no-untyped-def]
-        prefills.append(dtype)
-        return original(dtype)
-
-    monkeypatch.setattr(batching, "prefill_autocast", spy)
     monkeypatch.delenv(PREFILL_DTYPE_ENV_VAR, raising=False)
     config = _generation_config(tokenizer, do_sample=False, max_new=4)
     results = {}
@@ -412,15 +404,15 @@ def test_rollouts_prefill_in_the_training_precision_on_the_calling_thread(tiny, 
         inner = model.get_base_model()
         inner.register_forward_hook(lambda *_args, _seen=threads: _seen.add(threading.get_ident()))
         install_batched_rollouts(model, tokenizer, prefill_precision=precision)
-        prefills.clear()
+        prefill_dtypes.clear()
         results[precision] = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
         assert threads == {threading.get_ident()}  # decoded on the thread that called generate
         # the first row prefills the whole prompt; the second takes it from the call's cache (one new token)
-        assert prefills[0] == (torch.bfloat16 if precision == "bfloat16" else None)
+        assert prefill_dtypes[0] == (torch.bfloat16 if precision == "bfloat16" else None)
     assert results["bfloat16"].shape[0] == 2
     monkeypatch.setenv(PREFILL_DTYPE_ENV_VAR, "float32")  # the environment overrides the trainer's choice
     model = _peft(tiny, fused=False)
     install_batched_rollouts(model, tokenizer, prefill_precision="bfloat16")
-    prefills.clear()
+    prefill_dtypes.clear()
     model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
-    assert prefills[0] is None
+    assert prefill_dtypes[0] is None

@@ -172,9 +172,13 @@ class GenerationBatcher:
         with self._start_lock:  # the worker ends only under this lock, with nothing queued
             self._queue.put(request)
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._work, name="mas-orchestra-batcher", daemon=True)
-                self._thread.start()
+                self._start_worker()
         return request.future
+
+    def _start_worker(self) -> None:
+        """Start the worker thread (the caller holds ``_start_lock``)."""
+        self._thread = threading.Thread(target=self._work, name="mas-orchestra-batcher", daemon=True)
+        self._thread.start()
 
     def run(self, requests: list[GenerationRequest]) -> list[Future[GenerationResult]]:
         """Decode ``requests`` together on the calling thread; returns their futures, all resolved.
@@ -201,8 +205,7 @@ class GenerationBatcher:
                 if self._thread is threading.current_thread():
                     self._thread = None
                 if not self._queue.empty():  # submitted after this batch ended: a worker serves them
-                    self._thread = threading.Thread(target=self._work, name="mas-orchestra-batcher", daemon=True)
-                    self._thread.start()
+                    self._start_worker()
         return [request.future for request in requests]
 
     def _may_end(self) -> bool:
