@@ -11,7 +11,13 @@ together), on the embedded SmolLM2-135M-Instruct, greedy unless said otherwise:
 * an SC agent with 5 samples (the main job's most common concurrent pattern), wall before/after;
 * a constrained orchestrator call with and without jump-forward (forward passes and wall);
 * precision: the orchestrator prompt's prefill in float32 vs bf16, a decode step in float32 vs bf16 autocast,
-  and whether greedy text changes (``--parts precision``).
+  and whether greedy text changes (``--parts precision``);
+* decode weights: tokens/s at batch 1/4/8 with decode steps on the float32 weights vs the int4-packed 4-bit
+  layers (``decode_weights`` float32 vs int4, both batched), and how close the packed steps stay to float32
+  (teacher-forced top-1 agreement and mean KL over a reply, next to the same numbers for bf16 autocast)
+  (``--parts decode-weights``).
+
+The throughput part's "after" uses the default ``decode_weights`` (``auto``: packed on a CPU with native bf16).
 
     HF_HUB_OFFLINE=1 python benchmarks/batched_generation.py [--quick] [--threads 1]
 
@@ -190,12 +196,58 @@ def precision(threads: int, tokens: int, repeats: int) -> dict[str, Any]:
     return out
 
 
+def decode_weights(threads: int, tokens: int, sizes: list[int]) -> dict[str, Any]:
+    """Decode steps on float32 vs int4-packed weights: aggregate tokens/s per batch size (the same prompts, both
+    batched, alternating), and the packed steps' distance from float32 on a teacher-forced reply."""
+    import torch
+
+    from mas_orchestra.models.hf_chat import load_embedded_chat_model
+    from mas_orchestra.models.packed_weights import packed_decoding
+
+    common = {"temperature": 0.0, "max_new_tokens": tokens, "torch_threads": threads, "prefix_caching": False}
+    models = {name: load_embedded_chat_model(**common, decode_weights=name) for name in ("float32", "int4")}
+    models["int4"].invoke("Hi", max_new_tokens=2)  # packs the weights (once)
+    out: dict[str, Any] = {"pack": vars(models["int4"]._load().model._mas_decode_pack)}
+    for size in sizes:
+        prompts = [STORY.format(TOPICS[i % len(TOPICS)]) for i in range(size)]
+        for name, model in models.items():
+            wall, replies = asyncio.run(_concurrently(model, prompts))
+            out[f"b{size}_{name}_tok_s"] = sum(m.usage_metadata["output_tokens"] for m in replies) / wall
+            out[f"b{size}_{name}_text"] = [m.content for m in replies]
+        out[f"b{size}_ratio"] = out[f"b{size}_int4_tok_s"] / out[f"b{size}_float32_tok_s"]
+        out[f"b{size}_same_text"] = sum(a == b for a, b in zip(out[f"b{size}_float32_text"], out[f"b{size}_int4_text"]))
+    bundle = models["int4"]._load()
+    reply = out[f"b{sizes[0]}_float32_text"][0]
+    ids = bundle.tokenizer.apply_chat_template(
+        [{"role": "user", "content": STORY.format(TOPICS[0])}, {"role": "assistant", "content": reply}],
+        return_tensors="pt", return_dict=True)["input_ids"]
+    start = int(ids.shape[1]) - min(tokens, int(ids.shape[1]) - 8)
+    steps: dict[str, Any] = {}
+    with torch.inference_mode():
+        for name in ("float32", "int4"):
+            cache = bundle.model(ids[:, :start], use_cache=True).past_key_values
+            rows = []
+            for position in range(start, int(ids.shape[1])):
+                with packed_decoding(name == "int4"):
+                    rows.append(bundle.model(ids[:, position:position + 1], past_key_values=cache).logits[0, -1])
+            steps[name] = torch.stack(rows)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            steps["bf16_autocast"] = bundle.model(ids[:, :-1]).logits[0, start - 1:].float()
+    log_p = steps["float32"].log_softmax(-1)
+    for name in ("int4", "bf16_autocast"):
+        log_q = steps[name].log_softmax(-1)
+        out[f"{name}_top1_agreement"] = float((steps[name].argmax(-1) == steps["float32"].argmax(-1)).float().mean())
+        out[f"{name}_mean_kl"] = float((log_p.exp() * (log_p - log_q)).sum(-1).mean())
+    out["positions"] = int(steps["float32"].shape[0])
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="32 new tokens, batch 1/4 only, 1 TTFT repeat")
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: shared machines)")
-    parser.add_argument("--parts", default="throughput,ttft,sc,jump,precision",
+    parser.add_argument("--parts", default="throughput,ttft,sc,jump,precision,decode-weights",
                         help="comma list of the parts to run")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -229,6 +281,18 @@ def main() -> None:
         print(f"constrained orchestration: jump-forward off {j['off_s']:.2f} s, on {j['on_s']:.2f} s (ratio {j['ratio']:.2f});"
               f" forward passes {j['off_passes']} -> {j['on_passes']} for {j['on_tokens']} tokens; "
               f"same text: {j['same_text']}", flush=True)
+    if "decode-weights" in parts:
+        d = decode_weights(args.threads, 2 * tokens, sizes)
+        pack = d["pack"]
+        print(f"\ndecode weights: {pack['packed_layers']} layers int4 ({'exact' if pack['exact'] else 'rounded'}), "
+              f"{pack['head_layers']} head bf16, {pack['packed_bytes'] / 1e6:.0f} MB, packed in {pack['seconds']:.2f} s")
+        for size in sizes:
+            print(f"  batch {size}: aggregate tokens/s float32 {d[f'b{size}_float32_tok_s']:.1f}, int4 "
+                  f"{d[f'b{size}_int4_tok_s']:.1f} (ratio {d[f'b{size}_ratio']:.2f}x); greedy replies identical "
+                  f"{d[f'b{size}_same_text']}/{size}")
+        print(f"  vs float32 over {d['positions']} teacher-forced steps: int4 top-1 agreement "
+              f"{d['int4_top1_agreement']:.3f}, mean KL {d['int4_mean_kl']:.5f}; bf16 autocast "
+              f"{d['bf16_autocast_top1_agreement']:.3f}, {d['bf16_autocast_mean_kl']:.5f}", flush=True)
 
 
 def _print_throughput(batched: Any, sequential: Any, sizes: list[int]) -> None:

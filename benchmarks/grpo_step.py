@@ -11,15 +11,17 @@ calculator as sub-agent) for ``--steps`` steps with ``--profile-phases``, one af
   mode (``--no-merged-sampling``, how the batched rollouts sampled before ``sampling_policy``);
 * ``float32``: the recipe as it is, but the training forward and backward in float32 (``--bf16 false``; the
   same as ``after`` on a CPU without native bf16);
+* ``f32decode``: the recipe as it is, but rollout decode steps on the float32 weights with LoRA merged
+  (``MAS_DECODE_WEIGHTS=float32``) instead of the packed int4 base layers with LoRA beside them;
 * ``after``: the recipe as it is (batched rollouts sampled in eval mode from merged LoRA weights with freed
   heap memory reused while decoding, shared-prefix packed forward of each completion up to its end, no
   dropout, gradient checkpointing, whole group in one micro-batch, heap released, grouped-query attention in
   place, rollouts decoded on the training thread, and on a CPU with native bf16 the forward and backward under
-  bf16 autocast and the rollouts' prompts prefilled in bf16).
+  bf16 autocast, the rollouts' prompts prefilled in bf16 and their decode steps on the int4-packed base layers).
 
 Per case: mean seconds per phase over the steps after the first (the first carries one-off warm-up), the highest
 peak RSS of each phase, the step wall, and ``ratio`` = case / the first case run; the last lines compare
-``after`` with ``unmerged`` and ``float32`` phase by phase.
+``after`` with ``unmerged``, ``float32`` and ``f32decode`` phase by phase.
 
     python benchmarks/grpo_step.py [--steps 3] [--rounds 1] [--cases before,unmerged,float32,after]
 """
@@ -47,6 +49,7 @@ CASES: dict[str, tuple[list[str], dict[str, str]]] = {
     ], {"TRANSFORMERS_SDPA_FORCE_GQA": "0"}),
     "unmerged": (["--no-merged-sampling"], {}),
     "float32": (["--bf16", "false"], {}),
+    "f32decode": ([], {"MAS_DECODE_WEIGHTS": "float32"}),
     "after": ([], {}),
 }
 
@@ -116,7 +119,7 @@ def main() -> None:
     for row in rows[1:]:
         print(f"{row['case']}/{rows[0]['case']}: step {row['ratio']}, peak RSS {row['peak_rss_ratio']}, "
               + ", ".join(f"{p} {row[f'{p}_ratio']}" for p in PHASES if f"{p}_ratio" in row))
-    for other in ("unmerged", "float32"):  # the one change each case leaves out, against the recipe as it is
+    for other in ("unmerged", "float32", "f32decode"):  # the one change each case leaves out, against the recipe as it is
         if "after" in by_case and other in by_case and rows[0]["case"] != other:
             after = by_case["after"]
             _ratios(after, by_case[other], prefix=f"vs_{other}_")

@@ -12,6 +12,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # Local prefills in float32 on every machine: tests compare batched replies token for token with
 # model.generate, and `auto` would prefill in bf16 on CPUs with native bf16 (tests/test_precision.py sets it).
 os.environ.setdefault("MAS_PREFILL_DTYPE", "float32")
+# Decode steps on float32 weights for the same reason (`auto` reads the embedded model's layers as int4 with bf16
+# activations there; tests/test_packed_weights.py sets it).
+os.environ.setdefault("MAS_DECODE_WEIGHTS", "float32")
 # No prompt prefixes on disk: a test's first call must not find key/values another test run left
 # (tests/test_prefix_store.py turns the store on in a temporary folder).
 os.environ.setdefault("MAS_PREFIX_STORE_MB", "0")

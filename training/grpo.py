@@ -301,9 +301,12 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
     if _flag(cfg.batched_rollouts, not cuda) and not cfg.use_vllm:
         from training.rollouts import install_batched_rollouts
 
-        # prompts prefilled in the precision the training forward scores them in (bf16 autocast or float32)
+        # prompts prefilled in the precision the training forward scores them in (bf16 autocast or float32);
+        # under bf16 a 4-bit base model decodes on its packed int4 weights (bf16 activations)
+        low_precision = bool(args.bf16 and not cuda)
         stats = install_batched_rollouts(trainer.model, tokenizer, constraint, merged_sampling=cfg.merged_sampling,
-                                         prefill_precision="bfloat16" if args.bf16 and not cuda else "float32")
+                                         prefill_precision="bfloat16" if low_precision else "float32",
+                                         decode_weights="auto" if low_precision else "float32")
         trainer.decoding_stats = stats if constraint is not None else None
     elif constraint is not None and not cfg.use_vllm:
         from mas_orchestra.models.decoding import constrain_generate

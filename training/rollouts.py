@@ -17,7 +17,11 @@ prompt of a group appears ``num_generations`` times. :func:`install_batched_roll
   tensors are put back untouched afterwards, so training continues on exactly the weights it had;
 * prompts are prefilled in the precision the training forward runs in (``prefill_precision``): float32 by
   default, ``bfloat16`` when the trainer scores them under bf16 autocast (``--bf16`` on a CPU with native bf16,
-  :mod:`mas_orchestra.models.precision`); decoding stays float32; ``MAS_PREFILL_DTYPE`` overrides either;
+  :mod:`mas_orchestra.models.precision`); ``MAS_PREFILL_DTYPE`` overrides either;
+* decode steps read float32 weights by default; with ``decode_weights="auto"`` (what ``--bf16`` on a CPU asks
+  for) a 4-bit base model's frozen layers are read as int4 with bf16 activations
+  (:mod:`mas_orchestra.models.packed_weights`): the LoRA adapters then stay unmerged (a merged weight is no longer
+  4-bit) and run in float32 beside the packed base layer; ``MAS_DECODE_WEIGHTS`` overrides;
 * the rows decode on the calling thread (:meth:`~mas_orchestra.models.batching.GenerationBatcher.run`), the one
   that runs the training step: with torch's OpenMP backend a worker thread's decode passes were slower there
   (4 rows, 900-token context: 118 ms against 142–157 ms per pass, ``benchmarks/decode_thread.py``);
@@ -54,6 +58,7 @@ from mas_orchestra.models.decoding import (
     grammar_compiler,
     stop_token_ids,
 )
+from mas_orchestra.models.packed_weights import DECODE_WEIGHTS_ENV_VAR, decode_packed
 from mas_orchestra.models.precision import PREFILL_DTYPE_ENV_VAR, resolve_prefill_dtype
 from mas_orchestra.models.prefix_cache import PrefixCache
 from training.allocator import reuse_freed_memory
@@ -102,7 +107,7 @@ def _unsupported(config: Any, rest: dict[str, Any]) -> list[str]:
 
 def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None, *,
                              jump_forward: bool = True, merged_sampling: bool = True,
-                             prefill_precision: str = "float32") -> DecodingStats:
+                             prefill_precision: str = "float32", decode_weights: str = "float32") -> DecodingStats:
     """Make every later ``generate`` of ``model`` (TRL's rollouts, the validation runner's samples) decode
     through the batched decoder.
 
@@ -110,7 +115,8 @@ def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None,
     :class:`~mas_orchestra.models.decoding.ConstrainedLogitsProcessor`). ``merged_sampling`` samples under
     :func:`sampling_policy` (eval mode, merged LoRA weights); False leaves the model as the caller has it.
     ``prefill_precision`` (``float32`` | ``bfloat16`` | ``auto``, as ``MAS_PREFILL_DTYPE``, which overrides it) is
-    the precision prompts are prefilled in: the training forward's.
+    the precision prompts are prefilled in: the training forward's. ``decode_weights`` (``float32`` | ``auto`` |
+    ``int4``, as ``MAS_DECODE_WEIGHTS``, which overrides it) picks the weights decode steps read.
     Returns the running :class:`~mas_orchestra.models.decoding.DecodingStats` of all calls (zeros without a
     constraint).
     """
@@ -124,7 +130,8 @@ def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None,
         reasons = _unsupported(config, rest) + (["positional arguments"] if args else [])
         if not reasons:
             return _batched_generate(inner, tokenizer, constraint, kwargs["input_ids"], kwargs.get("attention_mask"),
-                                     config, jump_forward, totals, merged_sampling, prefill_precision)
+                                     config, jump_forward, totals, merged_sampling, prefill_precision,
+                                     decode_weights)
         key = "; ".join(reasons)
         if key not in warned:
             warned.add(key)
@@ -167,9 +174,10 @@ def _mergeable(module: Any) -> list[str]:
 
 
 @contextmanager
-def sampling_policy(model: Any) -> Iterator[int]:
-    """Run the block with ``model`` as the policy samples: eval mode, and every plain LoRA linear layer merged into
-    a temporary copy of its base weight (PEFT's own merged state, so its forward takes the one base matmul).
+def sampling_policy(model: Any, *, merge: bool = True) -> Iterator[int]:
+    """Run the block with ``model`` as the policy samples: eval mode, and (``merge``) every plain LoRA linear layer
+    merged into a temporary copy of its base weight (PEFT's own merged state, so its forward takes the one base
+    matmul).
 
     Yields the number of merged layers. Afterwards the training mode, the original weight tensors (never written)
     and the unmerged state are restored, also when the block raises.
@@ -179,7 +187,7 @@ def sampling_policy(model: Any) -> Iterator[int]:
     model.eval()
     try:
         with torch.no_grad():
-            for module in model.modules():
+            for module in model.modules() if merge else ():
                 adapters = _mergeable(module)
                 if not adapters:
                     continue
@@ -205,7 +213,7 @@ def _add_stats(totals: DecodingStats, stats: DecodingStats) -> None:
 
 def _batched_generate(inner: Any, tokenizer: Any, constraint: Any, input_ids: Any, attention_mask: Any,
                       config: Any, jump_forward: bool, totals: DecodingStats, merged_sampling: bool = True,
-                      prefill_precision: str = "float32") -> Any:
+                      prefill_precision: str = "float32", decode_weights: str = "float32") -> Any:
     device = input_ids.device
     max_new = int(config.max_new_tokens)
     stops = stop_token_ids(getattr(config, "eos_token_id", None), tokenizer)
@@ -223,6 +231,7 @@ def _batched_generate(inner: Any, tokenizer: Any, constraint: Any, input_ids: An
     # the training forward's precision unless MAS_PREFILL_DTYPE says otherwise
     prefill_dtype = resolve_prefill_dtype(str(device), inner.dtype,
                                           os.environ.get(PREFILL_DTYPE_ENV_VAR) or prefill_precision)
+    packed = decode_packed(inner, str(device), os.environ.get(DECODE_WEIGHTS_ENV_VAR) or decode_weights)
     requests, processors = [], []
     mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
     copies = int(getattr(config, "num_return_sequences", None) or 1)
@@ -238,12 +247,13 @@ def _batched_generate(inner: Any, tokenizer: Any, constraint: Any, input_ids: An
         seed = int(torch.randint(0, 2**62, (1,)).item())
         requests.append(GenerationRequest(input_ids=prompt, max_new_tokens=max_new, temperature=temperature,
                                           top_p=top_p, seed=seed, processor=processor, jump_forward=jump_forward,
-                                          prefill_dtype=prefill_dtype))
+                                          prefill_dtype=prefill_dtype, packed=packed))
     started = time.perf_counter()
     try:
         # The merged weight copies are made before the heap is reused, so they are mmapped and go back to the OS
         # when the policy is restored (made inside, they came from the heap: generation peaked ~200 MiB higher).
-        with (sampling_policy(inner) if merged_sampling else nullcontext()), reuse_freed_memory():
+        # Packed base layers are the 4-bit weights themselves: merging LoRA into them would undo the packing.
+        with (sampling_policy(inner, merge=not packed) if merged_sampling else nullcontext()), reuse_freed_memory():
             # on this thread: the one that runs the training step decodes faster than a worker would
             results = [future.result() for future in batcher.run(requests)]
     finally:

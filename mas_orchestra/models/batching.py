@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mas_orchestra.errors import GrammarError, MasOrchestraError
+from mas_orchestra.models.packed_weights import packed_decoding
 from mas_orchestra.models.precision import MIN_BF16_PREFILL_TOKENS, cast_cache, prefill_autocast
 from mas_orchestra.models.threads import torch_threads
 
@@ -71,6 +72,7 @@ class GenerationRequest:
     use_prefix_cache: bool = True
     jump_forward: bool = True  # append grammar-forced runs in one forward pass
     prefill_dtype: Any = None  # e.g. torch.bfloat16: prefill under autocast (mas_orchestra.models.precision)
+    packed: bool = False  # decode on packed weights (mas_orchestra.models.packed_weights.decode_packed said so)
     threads: int | None = None
     future: Future[GenerationResult] = field(default_factory=Future)
 
@@ -319,7 +321,7 @@ class GenerationBatcher:
         start = hit.length if hit else 0
         cache: Any = DynamicCache(ddp_cache_data=hit.layers) if hit else DynamicCache()
         low_precision = request.prefill_dtype if n - start >= MIN_BF16_PREFILL_TOKENS else None
-        with prefill_autocast(low_precision):
+        with prefill_autocast(low_precision), packed_decoding(request.packed and low_precision is None):
             out = self.model(input_ids=ids[:, start:], use_cache=True, logits_to_keep=1,
                              position_ids=torch.arange(start, n, device=ids.device).unsqueeze(0),
                              **{self._cache_arg: cache})
@@ -353,8 +355,10 @@ class GenerationBatcher:
             first = int(row.ids.shape[1]) - k
             positions[i, width - k:] = torch.arange(first, first + k, device=mask.device)
         full_mask = torch.cat([mask, step_mask], dim=1)
-        out = self.model(input_ids=input_ids, attention_mask=full_mask, position_ids=positions,
-                         use_cache=True, logits_to_keep=1, **{self._cache_arg: cache})
+        # packed weights only when every row asked for them (one row asking float32 keeps the pass exact)
+        with packed_decoding(all(row.request.packed for row in rows)):
+            out = self.model(input_ids=input_ids, attention_mask=full_mask, position_ids=positions,
+                             use_cache=True, logits_to_keep=1, **{self._cache_arg: cache})
         keep = []
         for i, row in enumerate(rows):
             row.passes += 1

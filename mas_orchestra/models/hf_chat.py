@@ -35,6 +35,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import PrivateAttr
 
 from mas_orchestra.models.embedded import SMOLLM2_CHAT_TEMPLATE, embedded_model_dir, require_torch_transformers
+from mas_orchestra.models.packed_weights import decode_packed
 from mas_orchestra.models.precision import resolve_prefill_dtype
 from mas_orchestra.models.threads import default_torch_threads, torch_threads
 
@@ -203,6 +204,11 @@ class HFChatModel(BaseChatModel):
     model in bf16 on a CPU with native bf16 and decodes in float32 (:mod:`mas_orchestra.models.precision`);
     ``float32`` keeps every step bit-for-bit in the model's precision.
 
+    ``decode_weights`` (``auto`` | ``float32`` | ``int4``; ``None``: ``MAS_DECODE_WEIGHTS``, else ``auto``) picks
+    the weights batched decode steps read: ``auto`` reads a 4-bit model's linear layers (the embedded one) as
+    int4 on a CPU with native bf16, about 2.5× faster per token (:mod:`mas_orchestra.models.packed_weights`);
+    ``float32`` keeps decode steps bit-for-bit; ``int4`` rounds any float32 model's layers to 4-bit (lossy).
+
     Seeded sampling (``seed=``) is reproducible: each request samples from its own generator, so
     the same seed gives the same reply whatever other requests share its batch (the tokens differ
     from ``batching=False``, which seeds torch's global generator for ``model.generate``).
@@ -218,6 +224,7 @@ class HFChatModel(BaseChatModel):
     prefix_caching: bool = True
     jump_forward: bool = True
     prefill_precision: str | None = None  # auto | float32 | bfloat16; None: MAS_PREFILL_DTYPE, else auto
+    decode_weights: str | None = None  # auto | float32 | int4; None: MAS_DECODE_WEIGHTS, else auto
 
     _bundle: _LoadedModel | None = PrivateAttr(default=None)
 
@@ -326,7 +333,7 @@ class HFChatModel(BaseChatModel):
             seed=None if seed is None else int(seed), stop_strings=tuple(s for s in (stop or []) if s),
             processor=processor, use_prefix_cache=self.prefix_caching, jump_forward=self.jump_forward,
             prefill_dtype=resolve_prefill_dtype(bundle.device, bundle.model.dtype, self.prefill_precision),
-            threads=threads,
+            packed=decode_packed(bundle.model, bundle.device, self.decode_weights), threads=threads,
         )
         return batcher.submit(request)
 

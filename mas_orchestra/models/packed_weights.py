@@ -1,0 +1,265 @@
+"""Decode steps on a model's 4-bit weights: int4-packed linear layers for few-token forward passes on a CPU.
+
+A decode step of a small model on a CPU is bound by reading its weights: 135M float32 parameters are 540 MB
+per generated token. The embedded SmolLM2-135M comes from a Q4_1 GGUF, so every linear layer of its transformer
+blocks holds 4-bit group-wise values (groups of 32 along the input, one scale and one minimum per group) stored
+as float32: eight times the bytes the values need. Packed, the same values are read as 4-bit by torch's CPU
+kernel (``_weight_int4pack_mm_for_cpu``, bf16 activations, float32 accumulation), and the output head (tied to
+the Q8_0 embedding, not 4-bit) is read from a bf16 copy.
+
+Measured side by side on a CPU with native bf16 (AMD EPYC with AVX-512 BF16, 1 thread,
+``benchmarks/batched_generation.py --parts decode-weights``): a one-row decode step of the embedded model
+takes 0.38–0.40× the float32 step; the 210 layers' matrix multiplies at 1 row take 7 ms packed against 42 ms
+in float32, at 8 rows 22 against 59 ms, at 32 rows 81 against 109 ms, and at 64 rows both about the same, so
+only forward passes of at most :data:`MAX_PACKED_ROWS` token positions run packed (decode steps, short
+jump-forward runs). Prefills and training forwards always use the float32 weights.
+
+The weights are the model's own; what changes is the arithmetic: activations, scales and the head are rounded
+to bf16 (about three significant digits), so greedy text can differ from float32 after some tokens, as with
+the bf16 prefill of :mod:`mas_orchestra.models.precision`.
+
+The choice, per request: ``HFChatModel(decode_weights=...)``, else ``MAS_DECODE_WEIGHTS``, else ``auto``.
+
+* ``auto``: packed on a CPU with native bf16, for a float32 model whose block layers all hold exact 4-bit
+  group-wise values (checked when first asked: the embedded model does; a float32 ``hf:`` checkpoint does not,
+  and decodes in float32);
+* ``float32``: never packed (bit-for-bit what ``model.generate`` computes);
+* ``int4``: packed on any CPU, rounding weights that are not 4-bit to the nearest 4-bit group grid (a lossy
+  quantization: the largest rounding error, in quantization steps, is logged and kept in :class:`PackReport`).
+
+Packing is done once per model, in place (a forward method on each packed ``nn.Linear``; nothing is added to
+its ``state_dict``). Adapter weights (LoRA, which train) are never packed, and a layer whose weight changed after
+packing (an in-place update bumps its version counter, a new tensor its storage) runs on its float32 weight.
+
+Imports torch lazily.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import os
+import threading
+import time
+import types
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from mas_orchestra.errors import MasOrchestraError
+from mas_orchestra.models.precision import cpu_has_native_bf16
+
+__all__ = [
+    "DECODE_WEIGHTS",
+    "DECODE_WEIGHTS_ENV_VAR",
+    "GROUP_SIZE",
+    "MAX_PACKED_ROWS",
+    "DecodeWeightsError",
+    "PackReport",
+    "decode_packed",
+    "pack_decode_weights",
+    "packed_decoding",
+]
+
+log = logging.getLogger(__name__)
+
+DECODE_WEIGHTS_ENV_VAR = "MAS_DECODE_WEIGHTS"
+DECODE_WEIGHTS: tuple[str, ...] = ("auto", "float32", "int4")
+#: Input features per 4-bit group (the GGUF Q4_1 block).
+GROUP_SIZE = 32
+#: Token positions (rows × width) of a forward pass that still run packed; more run in float32 (measured above).
+MAX_PACKED_ROWS = 32
+#: A weight group is "exactly 4-bit" when every value lies within this fraction of a step of its grid.
+_EXACT_TOLERANCE = 1e-3
+
+_ACTIVE: contextvars.ContextVar[bool] = contextvars.ContextVar("mas_orchestra_packed_decoding", default=False)
+_PACK_LOCK = threading.Lock()
+
+
+class DecodeWeightsError(MasOrchestraError, ValueError):
+    """A decode-weights setting is not one of the known values, or ``int4`` cannot run here."""
+
+
+@dataclass
+class PackReport:
+    """What :func:`pack_decode_weights` did to one model."""
+
+    exact: bool  # every packed layer held exact 4-bit group-wise values
+    packed_layers: int = 0  # linear layers read as int4
+    head_layers: int = 0  # output heads read from a bf16 copy
+    max_error_steps: float = 0.0  # largest rounding of a weight, in quantization steps (0 when exact)
+    packed_bytes: int = 0  # bytes of the packed weights, scales and bf16 head
+    seconds: float = 0.0
+    skipped: str = ""  # why nothing was packed (auto on a model that is not 4-bit), else empty
+
+
+def _setting(setting: str | None) -> str:
+    value = (setting or os.environ.get(DECODE_WEIGHTS_ENV_VAR, "") or "auto").strip().lower()
+    if value not in DECODE_WEIGHTS:
+        where = "decode_weights" if setting else DECODE_WEIGHTS_ENV_VAR
+        raise DecodeWeightsError(f"{where}={value!r}: valid values are {', '.join(DECODE_WEIGHTS)}")
+    return value
+
+
+def _kernel_available() -> bool:
+    import torch
+
+    return hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu") and hasattr(
+        torch.ops.aten, "_convert_weight_to_int4pack_for_cpu")
+
+
+def decode_packed(model: Any, device: str, setting: str | None = None) -> bool:
+    """Whether a request with ``setting`` decodes ``model`` packed; packs the model on first use (see the module
+    docstring). Raises :class:`DecodeWeightsError` for an unknown setting, or ``int4`` off a CPU."""
+    import torch
+
+    value = _setting(setting)
+    if value == "float32":
+        return False
+    on_cpu = str(device).startswith("cpu")
+    if value == "int4":
+        if not on_cpu or not _kernel_available():
+            raise DecodeWeightsError(
+                f"decode_weights='int4' needs a CPU device and torch's CPU int4 kernel (device {device!r}, torch "
+                f"{torch.__version__}); use 'auto' or 'float32'")
+        if getattr(model, "dtype", None) != torch.float32:
+            raise DecodeWeightsError(f"decode_weights='int4' packs float32 models; this one is {model.dtype}")
+        return pack_decode_weights(model, lossy=True).packed_layers > 0
+    if not on_cpu or getattr(model, "dtype", None) != torch.float32 or not cpu_has_native_bf16():
+        return False
+    if not _kernel_available():
+        return False
+    report = pack_decode_weights(model, lossy=False)
+    return report.exact and report.packed_layers > 0
+
+
+def pack_decode_weights(model: Any, *, lossy: bool = False) -> PackReport:
+    """Pack ``model``'s frozen linear layers as int4 and its output head as bf16, once (later calls return the
+    same report). Without ``lossy`` nothing is packed unless every layer holds exact 4-bit values; with it,
+    the layers are rounded to the 4-bit grid (and a model packed exactly before stays as it is)."""
+    with _PACK_LOCK:
+        report: PackReport | None = getattr(model, "_mas_decode_pack", None)
+        if report is not None and (report.packed_layers > 0 or not lossy):
+            return report
+        report = _pack(model, lossy)
+        model._mas_decode_pack = report
+        if report.packed_layers:
+            log.info("decode weights: %d layers int4 (%s), %d head(s) bf16, %.1f MB, %.2f s",
+                     report.packed_layers, "exact" if report.exact else
+                     f"rounded, max error {report.max_error_steps:.2f} steps",
+                     report.head_layers, report.packed_bytes / 1e6, report.seconds)
+        return report
+
+
+def _pack(model: Any, lossy: bool) -> PackReport:
+    import torch
+
+    started = time.perf_counter()
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    adapters = _adapter_modules(model)
+    layers = [module for module in model.modules()
+              if type(module) is torch.nn.Linear and module is not head and id(module) not in adapters
+              and module.in_features % GROUP_SIZE == 0 and not hasattr(module, "_mas_packed")]
+    if not layers:
+        return PackReport(exact=False, skipped="no linear layer with a multiple of 32 inputs")
+    quantized = []
+    worst = 0.0
+    for module in layers:
+        q, scales_and_zeros, error = _group_quantize(module.weight.detach())
+        worst = max(worst, error)
+        if error > _EXACT_TOLERANCE and not lossy:
+            return PackReport(exact=False, max_error_steps=error,
+                              skipped="its linear layers do not hold exact 4-bit group-wise values")
+        quantized.append((module, q, scales_and_zeros))
+    total = 0
+    for module, q, scales_and_zeros in quantized:
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+        state = _PackedLinear(module.weight, packed, scales_and_zeros.to(torch.bfloat16), None)
+        total += state.nbytes
+        _install(module, state)
+    heads = 0
+    if type(head) is torch.nn.Linear and id(head) not in adapters and not hasattr(head, "_mas_packed"):
+        state = _PackedLinear(head.weight, None, None, head.weight.detach().to(torch.bfloat16))
+        total += state.nbytes
+        _install(head, state)
+        heads = 1
+    return PackReport(exact=worst <= _EXACT_TOLERANCE, packed_layers=len(quantized), head_layers=heads,
+                      max_error_steps=worst, packed_bytes=total, seconds=time.perf_counter() - started)
+
+
+def _adapter_modules(model: Any) -> set[int]:
+    """Ids of the modules inside adapter layers (PEFT's LoRA ``lora_A``/``lora_B``: they train, so they are never
+    packed), found as the siblings of each adapter layer's ``base_layer``, which is packed like any layer."""
+    adapters: set[int] = set()
+    for module in model.modules():
+        base = getattr(module, "base_layer", None)
+        if base is None:
+            continue
+        for child in module.children():
+            if child is not base:
+                adapters.update(id(inner) for inner in child.modules())
+    return adapters
+
+
+def _group_quantize(weight: Any) -> tuple[Any, Any, float]:
+    """4-bit group-wise values of ``weight`` [out, in]: (int32 levels 0..15, float32 (scale, zero) per group as
+    ``[in / 32, out, 2]`` with zero = minimum + 8 × scale, the largest rounding error in steps)."""
+    import torch
+
+    out_features, in_features = weight.shape
+    groups = weight.float().reshape(out_features, in_features // GROUP_SIZE, GROUP_SIZE)
+    low = groups.amin(dim=-1)
+    step = (groups.amax(dim=-1) - low) / 15
+    safe_step = torch.where(step > 0, step, torch.ones_like(step))
+    levels = ((groups - low[..., None]) / safe_step[..., None]).round().clamp_(0, 15)
+    error = ((levels * step[..., None] + low[..., None] - groups).abs() / safe_step[..., None]).max().item()
+    scales_and_zeros = torch.stack([step, low + 8 * step], dim=-1).transpose(0, 1).contiguous()
+    return levels.to(torch.int32).reshape(out_features, in_features), scales_and_zeros, float(error)
+
+
+class _PackedLinear:
+    """The packed form of one ``nn.Linear`` and the identity of the weight it was made from."""
+
+    def __init__(self, weight: Any, packed: Any, scales_and_zeros: Any, bf16_weight: Any) -> None:
+        self.packed, self.scales_and_zeros, self.bf16_weight = packed, scales_and_zeros, bf16_weight
+        self.version, self.data_ptr = weight._version, weight.data_ptr()
+        self.nbytes = sum(t.numel() * t.element_size() for t in (packed, scales_and_zeros, bf16_weight)
+                          if t is not None)
+
+    def fresh(self, weight: Any) -> bool:
+        return bool(weight._version == self.version and weight.data_ptr() == self.data_ptr)
+
+
+def _install(module: Any, state: _PackedLinear) -> None:
+    module._mas_packed = state
+    # a bound method: a deep copy of the model binds the copy's forward to the copy's own weights
+    module.forward = types.MethodType(_packed_forward, module)
+
+
+def _packed_forward(self: Any, x: Any) -> Any:
+    import torch
+
+    state: _PackedLinear = self._mas_packed
+    if _ACTIVE.get() and not torch.is_grad_enabled() and state.fresh(self.weight):
+        rows = x.numel() // x.shape[-1]
+        if 0 < rows <= MAX_PACKED_ROWS:
+            flat = x.reshape(rows, x.shape[-1]).to(torch.bfloat16)
+            if state.packed is not None:
+                y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, state.packed, GROUP_SIZE,
+                                                               state.scales_and_zeros)
+            else:
+                y = torch.nn.functional.linear(flat, state.bf16_weight)
+            y = y.to(x.dtype).reshape(*x.shape[:-1], y.shape[-1])
+            return y if self.bias is None else y + self.bias
+    return torch.nn.Linear.forward(self, x)
+
+
+@contextlib.contextmanager
+def packed_decoding(enabled: bool = True) -> Iterator[None]:
+    """Within the block (this thread or task), forward passes of few token positions use packed weights."""
+    token = _ACTIVE.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
