@@ -232,7 +232,7 @@ def decode_weights(threads: int, tokens: int, sizes: list[int]) -> dict[str, Any
                     rows.append(bundle.model(ids[:, position:position + 1], past_key_values=cache).logits[0, -1])
             steps[name] = torch.stack(rows)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            steps["bf16_autocast"] = bundle.model(ids[:, :-1]).logits[0, start - 1:].float()
+            steps["bf16_autocast"] = bundle.model(ids).logits[0, start:].float()  # position p predicts p + 1
     log_p = steps["float32"].log_softmax(-1)
     for name in ("int4", "bf16_autocast"):
         log_q = steps[name].log_softmax(-1)

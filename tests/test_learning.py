@@ -32,8 +32,13 @@ pytestmark = [
 
 
 @pytest.mark.parametrize("seed", [0, 1], ids=["seed0", "seed1"])
-def test_cpu_recipe_reward_rises(tmp_path, seed):
+def test_cpu_recipe_reward_rises(tmp_path, seed, monkeypatch):
     from training.grpo import main
+
+    # the recipe as a user runs it: prefill precision and decode weights chosen for this CPU (conftest pins both
+    # to float32 for the token-for-token tests)
+    monkeypatch.delenv("MAS_PREFILL_DTYPE", raising=False)
+    monkeypatch.delenv("MAS_DECODE_WEIGHTS", raising=False)
 
     out = tmp_path / "run"
     summary = main(["--config", str(RECIPE), "--output-dir", str(out), "--seed", str(seed), "--no-merge"])

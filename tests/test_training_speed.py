@@ -8,6 +8,7 @@ must equal TRL's full-sequence forward. Nothing here asserts timings (benchmarks
 from __future__ import annotations
 
 import importlib.util
+import mmap
 
 import pytest
 
@@ -225,9 +226,12 @@ def test_phase_profiler_charges_the_innermost_phase(monkeypatch) -> None:  # typ
     profiler = profiling.PhaseProfiler()
     with profiler.phase("forward"):
         with profiler.phase("generate"):
-            block = bytearray(64 * 2**20)  # 64 MiB touched inside the inner phase
-            block[::4096] = b"x" * len(block[::4096])
-        del block
+            # 64 MiB of fresh pages touched inside the inner phase (an anonymous mapping: a bytearray may come
+            # from heap memory that earlier tests freed and that is already resident)
+            block = mmap.mmap(-1, 64 * 2**20)
+            for offset in range(0, len(block), 4096):
+                block[offset] = 1
+        block.close()
     metrics = profiler.pop_metrics()
     assert metrics["profile/generate_s"] == 2.0
     assert metrics["profile/forward_s"] == 1.5  # its own time only, not the inner phase's

@@ -321,7 +321,8 @@ class GenerationBatcher:
         start = hit.length if hit else 0
         cache: Any = DynamicCache(ddp_cache_data=hit.layers) if hit else DynamicCache()
         low_precision = request.prefill_dtype if n - start >= MIN_BF16_PREFILL_TOKENS else None
-        with prefill_autocast(low_precision), packed_decoding(request.packed and low_precision is None):
+        # never packed, even for a few uncached tokens: what the prefix cache keeps is computed as the prefill says
+        with prefill_autocast(low_precision):
             out = self.model(input_ids=ids[:, start:], use_cache=True, logits_to_keep=1,
                              position_ids=torch.arange(start, n, device=ids.device).unsqueeze(0),
                              **{self._cache_arg: cache})

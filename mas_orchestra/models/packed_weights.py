@@ -12,7 +12,8 @@ Measured side by side on a CPU with native bf16 (AMD EPYC with AVX-512 BF16, 1 t
 takes 0.38–0.40× the float32 step; the 210 layers' matrix multiplies at 1 row take 7 ms packed against 42 ms
 in float32, at 8 rows 22 against 59 ms, at 32 rows 81 against 109 ms, and at 64 rows both about the same, so
 only forward passes of at most :data:`MAX_PACKED_ROWS` token positions run packed (decode steps, short
-jump-forward runs). Prefills and training forwards always use the float32 weights.
+jump-forward runs) inside :func:`packed_decoding`, which the batched decoder enters for decode steps only.
+Prefills (whose key/values the prefix cache keeps) and training forwards always use the float32 weights.
 
 The weights are the model's own; what changes is the arithmetic: activations, scales and the head are rounded
 to bf16 (about three significant digits), so greedy text can differ from float32 after some tokens, as with
