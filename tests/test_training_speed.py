@@ -20,19 +20,6 @@ _HAVE_EMBEDDED = all(importlib.util.find_spec(m) is not None for m in ("gguf", "
 pytestmark = pytest.mark.skipif(not _HAVE_EMBEDDED, reason="embedded model not installed (scripts/install.sh)")
 
 
-@pytest.fixture(scope="module")
-def tiny():  # type: ignore[no-untyped-def]
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from training.distributed import tiny_random_model
-
-    path = tiny_random_model()
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return path, tokenizer, AutoModelForCausalLM
-
-
 def _peft(tiny, fused: bool = True, seed: int = 0):  # type: ignore[no-untyped-def]
     from peft import LoraConfig, get_peft_model
     from trl.trainer.utils import add_fused_lm_head

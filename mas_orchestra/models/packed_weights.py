@@ -40,7 +40,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
-import os
 import threading
 import time
 import types
@@ -49,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mas_orchestra.errors import MasOrchestraError
-from mas_orchestra.models.precision import cpu_has_native_bf16
+from mas_orchestra.models.precision import cpu_has_native_bf16, read_setting
 
 __all__ = [
     "DECODE_WEIGHTS",
@@ -96,11 +95,8 @@ class PackReport:
 
 
 def _setting(setting: str | None) -> str:
-    value = (setting or os.environ.get(DECODE_WEIGHTS_ENV_VAR, "") or "auto").strip().lower()
-    if value not in DECODE_WEIGHTS:
-        where = "decode_weights" if setting else DECODE_WEIGHTS_ENV_VAR
-        raise DecodeWeightsError(f"{where}={value!r}: valid values are {', '.join(DECODE_WEIGHTS)}")
-    return value
+    return read_setting(setting, field="decode_weights", env_var=DECODE_WEIGHTS_ENV_VAR, choices=DECODE_WEIGHTS,
+                        error=DecodeWeightsError)
 
 
 def _kernel_available() -> bool:

@@ -46,6 +46,7 @@ __all__ = [
     "cast_cache",
     "cpu_has_native_bf16",
     "prefill_autocast",
+    "read_setting",
     "resolve_prefill_dtype",
 ]
 
@@ -70,12 +71,20 @@ def cpu_has_native_bf16() -> bool:
     return any(flag in flags.split() for flag in _NATIVE_BF16_FLAGS)
 
 
-def _setting(setting: str | None) -> str:
-    value = (setting or os.environ.get(PREFILL_DTYPE_ENV_VAR, "") or "auto").strip().lower()
-    if value not in PREFILL_PRECISIONS:
-        where = "prefill_precision" if setting else PREFILL_DTYPE_ENV_VAR
-        raise PrecisionError(f"{where}={value!r}: valid values are {', '.join(PREFILL_PRECISIONS)}")
+def read_setting(setting: str | None, *, field: str, env_var: str, choices: tuple[str, ...],
+                 error: type[MasOrchestraError]) -> str:
+    """``setting``, else ``env_var``'s value, else ``auto``, lower-cased; ``error`` names the field (or the
+    variable) and the valid ``choices`` when it is none of them."""
+    value = (setting or os.environ.get(env_var, "") or "auto").strip().lower()
+    if value not in choices:
+        where = field if setting else env_var
+        raise error(f"{where}={value!r}: valid values are {', '.join(choices)}")
     return value
+
+
+def _setting(setting: str | None) -> str:
+    return read_setting(setting, field="prefill_precision", env_var=PREFILL_DTYPE_ENV_VAR,
+                        choices=PREFILL_PRECISIONS, error=PrecisionError)
 
 
 def resolve_prefill_dtype(device: str, model_dtype: Any, setting: str | None = None) -> Any:
