@@ -1,6 +1,6 @@
 """The CPU learning recipe really learns: the outcome reward of its last steps beats its first steps.
 
-One run of ``recipes/cpu_learning.yaml`` takes about 5 minutes on 2 idle cores with native bf16, 7–8 without (two seeds: ~10–15), too long for
+One run of ``recipes/cpu_learning.yaml`` takes about 4.5 minutes on 2 idle cores with native bf16, 7–8 without (two seeds: ~9–15), too long for
 CI's budget next to the rest of the suite, so these tests carry the ``learning`` marker, which the default ``addopts`` deselect.
 Run them with::
 
