@@ -57,6 +57,7 @@ BUILTIN_BASE: dict[str, type[BaseException]] = {
     "mas_orchestra.models.threads.TorchThreadsError": ValueError,
     "mas_orchestra.models.prefix_cache.PrefixCacheError": ValueError,
     "mas_orchestra.models.precision.PrecisionError": ValueError,
+    "mas_orchestra.models.packed_weights.DecodeWeightsError": ValueError,
     "mas_orchestra.studio.common.StudioInputError": ValueError,
     "mas_orchestra.studio.common.RunFolderError": ValueError,
     "mas_orchestra.prompt_templates.PromptTemplateError": ValueError,
