@@ -4,7 +4,7 @@ A decode step of a small model on a CPU is bound by reading its weights: 135M fl
 per generated token. The embedded SmolLM2-135M comes from a Q4_1 GGUF, so every linear layer of its transformer
 blocks holds 4-bit group-wise values (groups of 32 along the input, one scale and one minimum per group) stored
 as float32: eight times the bytes the values need. Packed, the same values are read as 4-bit by torch's CPU
-kernel (``_weight_int4pack_mm_for_cpu``, bf16 activations, float32 accumulation), and the output head (tied to
+kernel (``_weight_int4pack_mm_for_cpu``, bf16 activations and outputs), and the output head (tied to
 the Q8_0 embedding, not 4-bit) is read from a bf16 copy.
 
 Measured side by side on a CPU with native bf16 (AMD EPYC with AVX-512 BF16, 1 thread,
