@@ -132,8 +132,8 @@ def decode_packed(model: Any, device: str, setting: str | None = None) -> bool:
 
 
 def pack_decode_weights(model: Any, *, lossy: bool = False) -> PackReport:
-    """Pack ``model``'s frozen linear layers as int4 and its output head as bf16, once (later calls return the
-    same report). Without ``lossy`` nothing is packed unless every layer holds exact 4-bit values; with it,
+    """Pack ``model``'s linear layers (adapters excepted) as int4 and its output head as bf16, once (later calls
+    return the same report). Without ``lossy`` nothing is packed unless every layer holds exact 4-bit values; with it,
     the layers are rounded to the 4-bit grid (and a model packed exactly before stays as it is)."""
     with _PACK_LOCK:
         report: PackReport | None = getattr(model, "_mas_decode_pack", None)
@@ -160,7 +160,9 @@ def _pack(model: Any, lossy: bool) -> PackReport:
               and module.in_features % GROUP_SIZE == 0 and not hasattr(module, "_mas_packed")]
     if not layers:
         return PackReport(exact=False, skipped="no linear layer with a multiple of 32 inputs")
-    quantized = []
+    # Each layer is packed as soon as it is checked (its int32 levels are 8× the packed bytes: 0.4 GB for the
+    # embedded model if all were kept); nothing is installed until every layer has passed the check.
+    states = []
     worst = 0.0
     for module in layers:
         q, scales_and_zeros, error = _group_quantize(module.weight.detach())
@@ -168,11 +170,10 @@ def _pack(model: Any, lossy: bool) -> PackReport:
         if error > _EXACT_TOLERANCE and not lossy:
             return PackReport(exact=False, max_error_steps=error,
                               skipped="its linear layers do not hold exact 4-bit group-wise values")
-        quantized.append((module, q, scales_and_zeros))
-    total = 0
-    for module, q, scales_and_zeros in quantized:
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
-        state = _PackedLinear(module.weight, packed, scales_and_zeros.to(torch.bfloat16), None)
+        states.append((module, _PackedLinear(module.weight, packed, scales_and_zeros.to(torch.bfloat16), None)))
+    total = 0
+    for module, state in states:
         total += state.nbytes
         _install(module, state)
     heads = 0
@@ -181,7 +182,7 @@ def _pack(model: Any, lossy: bool) -> PackReport:
         total += state.nbytes
         _install(head, state)
         heads = 1
-    return PackReport(exact=worst <= _EXACT_TOLERANCE, packed_layers=len(quantized), head_layers=heads,
+    return PackReport(exact=worst <= _EXACT_TOLERANCE, packed_layers=len(states), head_layers=heads,
                       max_error_steps=worst, packed_bytes=total, seconds=time.perf_counter() - started)
 
 
