@@ -56,6 +56,8 @@ def wait_state(client: Any, thread_id: str, states: tuple[str, ...], timeout: fl
         summary = client.get(f"/api/runs/{thread_id}").json()
         if summary["state"] in states:
             return dict(summary)
-        if time.monotonic() > deadline:
-            raise AssertionError(f"thread {thread_id} stayed {summary['state']!r}, expected one of {states}")
+        if summary["state"] == "failed" or time.monotonic() > deadline:  # failed is final: say why at once
+            errors = [e["message"] for e in events_so_far(client, thread_id) if e["type"] == "error"]
+            raise AssertionError(f"thread {thread_id} stayed {summary['state']!r}, expected one of {states}; "
+                                 f"its errors: {errors}")
         time.sleep(0.05)
