@@ -120,15 +120,23 @@ def repeated_text(blocks: int, dom: str = "low") -> str:
 
 
 @pytest.mark.parametrize("blocks", [45, 10_000])
-@pytest.mark.parametrize("dom", ["low", "high"])
-def test_repeated_blocks_read_the_first_and_record_the_rest(blocks, dom):
-    text = repeated_text(blocks, dom)
-    spec = parse_orchestration(text, dom=dom)
+def test_repeated_blocks_read_the_first_and_record_the_rest(blocks):
+    text = repeated_text(blocks, "low")
+    spec = parse_orchestration(text, dom="low")
     assert len(spec.nodes) == 1 and spec.nodes[0].agent == "cot"
     assert [w.kind for w in spec.warnings] == ["ignored_after_plan"]
     assert f"{blocks - 1} more <agent> block(s)" in spec.warnings[0].message
     with pytest.raises(SpecError, match="ignored_after_plan"):
-        parse_orchestration(text, dom=dom, strict=True)
+        parse_orchestration(text, dom="low", strict=True)
+
+
+@pytest.mark.parametrize("blocks", [2, 45, 10_000])
+def test_repeated_high_dom_blocks_without_edges_are_refused(blocks):
+    # The original counts every <agent> block and refuses several without an <edge> block; so do we (high DoM).
+    with pytest.raises(SpecError, match=f"{blocks} <agent> blocks but no <edge> block"):
+        parse_orchestration(repeated_text(blocks, "high"), dom="high")
+    spec = parse_orchestration(repeated_text(1, "high"), dom="high")  # one agent needs no edges
+    assert [n.id for n in spec.nodes] == ["A"] and spec.warnings == []
 
 
 def test_truncated_first_block_and_markup_inside_inputs_are_named():

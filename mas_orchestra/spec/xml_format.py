@@ -360,6 +360,15 @@ def read_orchestration(
             content, plan_end = doc.content(answers[0], end, stop=_AGENT_END)
             data["direct_answer"] = content.strip()
     elif dom == "high":
+        written = len(nodes) + skipped
+        if edge_end is None and written > 1:
+            # The original counts every <agent> block in the text and refuses several without an <edge> block.
+            # Running only the first would reward a plan whose wiring was never written (issue: structure runs).
+            problems.append(
+                f"{written} <agent> blocks but no <edge> block: high DoM connects several agents with one "
+                "<edge> block (<from>X</from><to>Y</to> per link) into a graph with one sink; "
+                "a single agent needs no edges"
+            )
         for node in nodes:
             if node["id"] is None:
                 problems.append(f"agent #{node['_number']} ({node['agent'] or '?'}): missing <agent_id>")
