@@ -82,28 +82,25 @@ def _example(dom: str, registry: AgentRegistry) -> str:
             registry=registry,
         )
     else:
+        # A chain whose second agent reads the first one's result through ${A1}: the one thing an edge alone
+        # does not do (it orders agents, it passes nothing). Small on purpose: a model copies the example's size.
         first = _example_kind(registry, "cot")
-        second = _example_kind(registry, "sc", "cot")
-        combine = _example_kind(registry, "cot")
-        second_node: dict[str, object] = {
-            "id": "A2", "agent": second.name, "description": "Second part", "input": "Solve the second part.",
-        }
-        if second.name == "sc":
-            second_node["params"] = {"samples": 3}
+        second = _example_kind(registry, "cot")
         nodes: list[dict[str, object]] = [
-            {"id": "A1", "agent": first.name, "description": "First part", "input": "Solve the first part."},
-            second_node,
-            {"id": "A3", "agent": combine.name, "description": "Combine",
-             "input": "Combine ${A1} and ${A2} into the final answer."},
+            {"id": "A1", "agent": first.name, "description": "First step",
+             "input": "Work out the intermediate result the task needs first."},
+            {"id": "A2", "agent": second.name, "description": "Final step",
+             "input": "Given ${A1}, work out the final answer to the task."},
         ]
         for item in nodes:
-            if item["agent"] in _EXAMPLE_PARAMS and "params" not in item:
+            if item["agent"] in _EXAMPLE_PARAMS:
                 item["params"] = _EXAMPLE_PARAMS[str(item["agent"])]
         spec = spec_from_data(
             {
-                "thinking": "Two independent parts; solve them separately, then combine.",
+                "thinking": "The final answer depends on an intermediate result, so the second agent reads the "
+                            "first agent's output through ${A1}.",
                 "nodes": nodes,
-                "edges": [{"source": "A1", "target": "A3"}, {"source": "A2", "target": "A3"}],
+                "edges": [{"source": "A1", "target": "A2"}],
             },
             registry=registry,
         )

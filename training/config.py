@@ -42,7 +42,16 @@ class OrchestraGRPOConfig:
         "folder, 'hf:<folder>', or a Hugging Face model id (must be in the local cache when offline)"))
     subagent: str = field(default="embedded", metadata=_help(
         "model every sub-agent runs on (a mas_orchestra model string): embedded | hf:<path> | openai:<m> | "
-        "vllm:<model>@<base-url> | python:<module>:<attr> | scripted:<answer>"))
+        "vllm:<model>@<base-url> | python:<module>:<attr> | scripted:<answer>; or a pool of named models, "
+        "'fast=<model>,strong=<model>' (YAML: a mapping), from which the orchestrator picks one per agent "
+        "(every kind gets a <model> parameter naming a pool entry; the first is the default)"))
+    subagent_defaults: str | None = field(default=None, metadata=_help(
+        "pool entry each agent kind uses when the orchestrator names none, e.g. 'debate=strong' (YAML: a "
+        "mapping); none = the pool's first"))
+    prices: str | None = field(default=None, metadata=_help(
+        "USD per million input:output tokens by pool entry or model name, e.g. 'fast=1:1,strong=5:5' (YAML: a "
+        "mapping of name -> 'in:out' or [in, out]); added to mas_orchestra.runtime.pricing. With cost_metric "
+        "cost_usd every pool model needs a price"))
     subagent_max_tokens: int | None = field(default=96, metadata=_help(
         "cap on the tokens one sub-agent call may generate (max_new_tokens for embedded/hf, max_tokens for "
         "OpenAI-compatible servers); none = the model's own default (the smoke default 96 keeps CPU runs short)"))
@@ -81,7 +90,13 @@ class OrchestraGRPOConfig:
     call_timeout: float | None = field(default=None, metadata=_help("seconds one sub-agent call may take"))
     max_retries: int = field(default=3, metadata=_help("retries of transient sub-agent errors (backoff + jitter)"))
     cost_weight: float = field(default=0.0, metadata=_help(
-        "reward penalty per unit of cost_metric on correct answers (0 = the paper's reward)"))
+        "cost penalty on correct answers (0 = the paper's reward): per unit of cost_metric with cost_reward "
+        "linear; with cost_reward group, the fraction of final_answer_weight taken from the most expensive "
+        "correct rollout of a group (in [0, 1))"))
+    cost_reward: str = field(default="linear", metadata=_help(
+        "how cost enters the reward of a correct answer: linear (final_answer_weight - cost_weight x cost) | "
+        "group (cost normalised among the correct rollouts of the same prompt: the cheapest keeps "
+        "final_answer_weight, the dearest loses cost_weight of it; wrong answers are never rewarded)"))
     cost_metric: str = field(default="subagent_calls", metadata=_help(
         "what the cost penalty counts: subagent_calls | total_tokens (thousands) | cost_usd"))
     final_answer_weight: float = field(default=1.0, metadata=_help("reward of a correct executed answer"))
@@ -200,6 +215,16 @@ class OrchestraGRPOConfig:
         choice("dom", ("high", "low"))
         choice("grader", VALID_KINDS)
         choice("cost_metric", ("subagent_calls", "total_tokens", "cost_usd"))
+        choice("cost_reward", ("linear", "group"))
+        if self.cost_reward == "group" and not 0 <= self.cost_weight < 1:
+            problems.append(f"cost_weight={self.cost_weight!r}: with cost_reward group it must be in [0, 1), so a "
+                            "correct answer always outscores a wrong one")
+        for name, parse in (("subagent", lambda: self.subagent_pool), ("subagent_defaults",
+                            lambda: self.subagent_default_map), ("prices", lambda: self.price_table)):
+            try:
+                parse()
+            except ValueError as exc:
+                problems.append(f"{name}: {exc}")
         choice("report_to", ("none", "tensorboard", "wandb"))
         choice("vllm_mode", ("colocate", "server"))
         choice("bf16", ("auto", "true", "false"))
@@ -259,6 +284,35 @@ class OrchestraGRPOConfig:
         return text
 
     @property
+    def subagent_pool(self) -> dict[str, str] | None:
+        """``subagent`` as a pool ``{name: model string}``, or ``None`` when it names one model."""
+        from mas_orchestra.offers import subagent_from_args
+
+        items = [item.strip() for item in self.subagent.split(",")] if "=" in self.subagent else [self.subagent]
+        pool = subagent_from_args(items)
+        return pool if isinstance(pool, dict) else None
+
+    @property
+    def subagent_default_map(self) -> dict[str, str]:
+        """``subagent_defaults`` as ``{agent kind: pool entry}``."""
+        return _pairs(self.subagent_defaults, "subagent_defaults", "KIND=ENTRY")
+
+    @property
+    def price_table(self) -> dict[str, tuple[float, float]]:
+        """``prices`` as ``{pool entry or model name: (USD per M input tokens, USD per M output tokens)}``."""
+        out: dict[str, tuple[float, float]] = {}
+        for name, value in _pairs(self.prices, "prices", "NAME=IN:OUT").items():
+            parts = value.split(":")
+            try:
+                pair = (float(parts[0]), float(parts[-1])) if len(parts) <= 2 else None
+            except ValueError:
+                pair = None
+            if pair is None or min(pair) < 0:
+                raise ValueError(f"price of {name!r} is {value!r}; write IN:OUT in USD per million tokens, e.g. 1:1")
+            out[name] = pair
+        return out
+
+    @property
     def agent_kinds(self) -> list[str] | None:
         """``agents`` as a list of names, or ``None`` for every kind."""
         if self.agents is None or not self.agents.strip():
@@ -272,6 +326,35 @@ class OrchestraGRPOConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _pairs(text: str | None, name: str, form: str) -> dict[str, str]:
+    """``'a=1,b=2'`` as ``{'a': '1', 'b': '2'}``; ValueError naming ``name`` and the ``form`` expected."""
+    out: dict[str, str] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ValueError(f"{item.strip()!r} is not {form} (comma-separated)")
+        if key.strip() in out:
+            raise ValueError(f"{key.strip()!r} given twice")
+        out[key.strip()] = value.strip()
+    return out
+
+
+#: Fields a YAML recipe may give as a mapping (written back as 'key=value,...').
+_MAPPING_FIELDS = ("subagent", "subagent_defaults", "prices")
+
+
+def _mapping_text(value: Any) -> Any:
+    if not isinstance(value, dict):
+        return value
+
+    def one(item: Any) -> str:
+        return ":".join(str(v) for v in item) if isinstance(item, (list, tuple)) else str(item)
+
+    return ",".join(f"{k}={one(v)}" for k, v in value.items())
 
 
 # -- parsing -----------------------------------------------------------------------------------------------
@@ -355,6 +438,8 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
             unknown.append(str(key))
             continue
         kind, optional = _base_type(hints[name])
+        if name in _MAPPING_FIELDS:
+            value = _mapping_text(value)
         if name == "resume" and isinstance(value, bool):
             value = "true" if value else "false"
         elif value is not None or not optional:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from mas_orchestra.errors import install_command
+from mas_orchestra.offers import PoolError
 from training.config import OrchestraGRPOConfig, parse_config
 from training.distributed import (
     TINY_RANDOM,
@@ -65,19 +66,48 @@ def resolve_orchestrator(model: str) -> str:
     return str(expanded) if expanded.exists() else text
 
 
-def _subagent(cfg: OrchestraGRPOConfig) -> Any:
+def _subagent(cfg: OrchestraGRPOConfig, text: str | None = None) -> Any:
+    """The sub-agent model of ``text`` (default ``cfg.subagent``), capped at ``subagent_max_tokens``."""
     from mas_orchestra.models import resolve_model
 
+    text = cfg.subagent if text is None else text
     kwargs: dict[str, Any] = {}
     if cfg.subagent_max_tokens:
-        head = cfg.subagent.strip().lower()
+        head = text.strip().lower()
         if head == "embedded" or head.startswith("hf:"):
             kwargs["max_new_tokens"] = cfg.subagent_max_tokens
         elif head.startswith(("openai:", "vllm:", "together:")):
             kwargs["max_tokens"] = cfg.subagent_max_tokens
         else:
-            log.warning("--subagent-max-tokens is ignored for %s", cfg.subagent)
-    return resolve_model(cfg.subagent, **kwargs)
+            log.warning("--subagent-max-tokens is ignored for %s", text)
+    return resolve_model(text, **kwargs)
+
+
+def _subagents(cfg: OrchestraGRPOConfig, registry: Any) -> tuple[Any, Any]:
+    """(the sub-agent model the reward runs by default, the offered registry): with a pool in ``subagent`` every
+    kind gets a ``model`` parameter naming a pool entry, and ``prices`` are registered for the pool's models.
+
+    Raises:
+        PoolError: a bad pool or default, or (with ``cost_metric: cost_usd``) a pool model without a price.
+    """
+    from agents.base import model_name_of
+    from mas_orchestra.offers import PoolError, with_pool
+    from mas_orchestra.runtime.pricing import price_of, register_price
+
+    pool_text = cfg.subagent_pool
+    models = {name: _subagent(cfg, text) for name, text in (pool_text or {}).items()}
+    for name, (price_in, price_out) in cfg.price_table.items():
+        register_price(model_name_of(models[name]) if name in models else name, price_in, price_out)
+    if not models:
+        if cfg.subagent_defaults:
+            raise PoolError("subagent_defaults needs a pool: subagent: 'fast=<model>,strong=<model>'")
+        return _subagent(cfg), registry
+    if cfg.cost_metric == "cost_usd":
+        missing = [f"{name} ({model_name_of(m)})" for name, m in models.items() if price_of(model_name_of(m)) is None]
+        if missing:
+            raise PoolError(f"cost_metric cost_usd: no price for pool model(s) {', '.join(missing)}; give them in "
+                            "prices, e.g. prices: 'fast=1:1,strong=5:5' (USD per million input:output tokens)")
+    return next(iter(models.values())), with_pool(registry, models, cfg.subagent_default_map)
 
 
 def _check_vllm(cfg: OrchestraGRPOConfig) -> None:
@@ -246,12 +276,13 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         from agents.search import make_backend
 
         search = make_backend(cfg.search)
-    registry = orchestra_registry(search, agents=cfg.agent_kinds)
+    subagent, registry = _subagents(cfg, orchestra_registry(search, agents=cfg.agent_kinds))
     reward_kwargs: dict[str, Any] = dict(
-        subagent=_subagent(cfg), dom=cfg.dom, grader=cfg.grader, search=search, cost_weight=cfg.cost_weight,
+        subagent=subagent, dom=cfg.dom, grader=cfg.grader, search=search, cost_weight=cfg.cost_weight,
         final_answer_weight=cfg.final_answer_weight, execution_success_weight=cfg.execution_success_weight,
         max_concurrency=cfg.reward_concurrency, timeout=cfg.reward_timeout, max_retries=cfg.max_retries,
-        registry=registry, cost_metric=cfg.cost_metric, call_timeout=cfg.call_timeout, judge=cfg.judge,
+        registry=registry, cost_metric=cfg.cost_metric, cost_reward=cfg.cost_reward, call_timeout=cfg.call_timeout,
+        judge=cfg.judge,
         constrained=None if cfg.constrained else False, strict=cfg.strict,
     )
     reward = make_outcome_reward(**reward_kwargs)
@@ -415,7 +446,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     try:
         check_launch()
         summary = run(cfg)
-    except (LaunchError, WorldSizeMismatchError) as exc:  # every rank says it and exits non-zero; no traceback
+    except (LaunchError, WorldSizeMismatchError, PoolError) as exc:  # every rank says it, exits non-zero; no traceback
         raise SystemExit(f"error: {exc}") from None
     if summary["is_main_process"]:
         _print_summary(summary)

@@ -24,7 +24,11 @@ status                               reward
 ``cost`` is, per ``cost_metric``: ``"subagent_calls"`` (default: the number of sub-agent LLM calls the MAS
 made), ``"total_tokens"`` (sub-agent tokens, in thousands) or ``"cost_usd"`` (priced cost in dollars).
 The cost penalty only reduces the reward of *correct* answers and never below 0, so a cheap wrong or
-invalid orchestration can never outscore a correct one.
+invalid orchestration can never outscore a correct one. With ``cost_reward="group"`` the penalty is relative
+instead (the form ToolOrchestra trains with): among the correct rollouts of one prompt, cost is normalised to
+[0, 1] (cheapest 0, dearest 1) and a correct rollout gets ``execution_success_weight + final_answer_weight ×
+(1 − cost_weight × normalised cost)``, so the scale of the cost metric does not matter and only a cheaper way
+to the same right answer is preferred (:func:`group_cost_rewards`).
 
 Every call leaves its per-completion :class:`RolloutRecord` list and summary in ``reward.last_batch``, logs
 the summary through :mod:`logging` (logger ``training.rewards``), and queues the records so the trainer
@@ -54,13 +58,16 @@ from mas_orchestra.registry import AgentRegistry, offered_registry
 from mas_orchestra.runtime import Status, execute_spec, whole_response_answer
 from mas_orchestra.settings import RunSettings
 from mas_orchestra.spec import WARNING_KINDS, check_dom, count_warnings, parse_orchestration
+from mas_orchestra.spec.structure import STRUCTURE_KEYS, Structure, structure_of, summarize_structures
 
 __all__ = [
     "COST_METRICS",
+    "COST_REWARDS",
     "STATUSES",
     "OutcomeReward",
     "RolloutRecord",
     "completion_text",
+    "group_cost_rewards",
     "make_outcome_reward",
     "orchestra_registry",
     "question_from_prompt",
@@ -72,6 +79,8 @@ log = logging.getLogger(__name__)
 #: Every status a rollout can end with: the runtime's statuses plus ``crash`` (an unexpected exception).
 STATUSES: tuple[str, ...] = (*(s.value for s in Status), "crash")
 COST_METRICS = ("subagent_calls", "total_tokens", "cost_usd")
+#: How cost enters a correct answer's reward (see :meth:`OutcomeReward.reward_for` and :func:`group_cost_rewards`).
+COST_REWARDS = ("linear", "group")
 #: The orchestrator prompt ends with this heading followed by the question (mas_orchestra/prompts/*.txt).
 _TASK_HEADING = "# Task"
 
@@ -108,6 +117,8 @@ class RolloutRecord:
     spec_warnings: dict[str, int] = field(default_factory=dict)
     #: True when the answer graded was the whole completion (``whole_response_fallback``).
     whole_response: bool = False
+    #: The parsed spec's structure (:class:`mas_orchestra.spec.structure.Structure` as a dict); None if invalid.
+    structure: dict[str, Any] | None = None
 
     @property
     def valid(self) -> bool:
@@ -173,7 +184,11 @@ def summarize(records: Sequence[RolloutRecord], kinds: Sequence[str] = ()) -> di
       agent nodes in the valid specs;
     - ``outcome_reward/mean``, ``outcome_reward/std`` (population std), ``rollout_wall_s/mean`` and ``/max``;
     - ``spec_warnings/<kind>`` for each of :data:`~mas_orchestra.spec.WARNING_KINDS`: share of all completions
-      whose reading needed that leniency; ``whole_response_rate``: completions graded on their whole text.
+      whose reading needed that leniency; ``whole_response_rate``: completions graded on their whole text;
+    - ``structure/<key>`` for each of :data:`~mas_orchestra.spec.structure.STRUCTURE_KEYS` over the valid specs
+      (``agents_mean``, ``depth_mean`` along edges, ``ref_depth_mean`` along ``${id}`` references, ``width_mean``,
+      ``edges_mean``, ``wired_share``; see :func:`mas_orchestra.spec.structure.summarize_structures`);
+      ``structure/correct_ref_depth_mean``: ``ref_depth`` of the correct ones (0 when none).
     """
     n = len(records)
     statuses = Counter(r.status for r in records)
@@ -204,6 +219,11 @@ def summarize(records: Sequence[RolloutRecord], kinds: Sequence[str] = ()) -> di
     for kind in WARNING_KINDS:
         out[f"spec_warnings/{kind}"] = sum(kind in r.spec_warnings for r in records) / n if n else 0.0
     out["whole_response_rate"] = sum(r.whole_response for r in records) / n if n else 0.0
+    measured = [(r, Structure(**r.structure)) for r in valid if r.structure is not None]
+    structure = summarize_structures(shape for _, shape in measured)
+    for key in STRUCTURE_KEYS:
+        out[f"structure/{key}"] = structure[key]
+    out["structure/correct_ref_depth_mean"] = _mean([shape.ref_depth for r, shape in measured if r.correct])
     return out
 
 
@@ -225,6 +245,7 @@ class OutcomeReward:
         search: Any = None,
         cost_weight: float = 0.0,
         cost_metric: str = "subagent_calls",
+        cost_reward: str = "linear",
         final_answer_weight: float = 1.0,
         execution_success_weight: float = 0.0,
         max_concurrency: int = 128,
@@ -248,6 +269,10 @@ class OutcomeReward:
             raise ValueError("grader='judge' needs judge=<a chat model or model string>")
         if cost_metric not in COST_METRICS:
             raise ValueError(f"unknown cost_metric {cost_metric!r}; valid: {', '.join(COST_METRICS)}")
+        if cost_reward not in COST_REWARDS:
+            raise ValueError(f"unknown cost_reward {cost_reward!r}; valid: {', '.join(COST_REWARDS)}")
+        if cost_reward == "group" and not 0 <= cost_weight < 1:
+            raise ValueError(f"cost_weight={cost_weight!r}: with cost_reward='group' it must be in [0, 1)")
         if not isinstance(max_concurrency, int) or max_concurrency < 1:
             raise ValueError(f"max_concurrency must be an int >= 1, got {max_concurrency!r}")
         #: How each multi-agent system runs (validated once here, handed whole to every execute_spec).
@@ -263,6 +288,7 @@ class OutcomeReward:
         self.kinds = [k.name for k in self.registry.kinds()]
         self.cost_weight = float(cost_weight)
         self.cost_metric = cost_metric
+        self.cost_reward = cost_reward
         self.final_answer_weight = float(final_answer_weight)
         self.execution_success_weight = float(execution_success_weight)
         self.max_concurrency = max_concurrency
@@ -294,6 +320,11 @@ class OutcomeReward:
         records = await asyncio.gather(
             *(self._rollout(i, completions[i], questions[i], answer[i], semaphore) for i in range(n))
         )
+        if self.cost_reward == "group" and self.cost_weight:
+            ids = kwargs.get("id")
+            keys = [str(ids[i]) if ids is not None and len(ids) == n else str(questions[i]) for i in range(n)]
+            for record, value in zip(records, group_cost_rewards(records, keys, self), strict=True):
+                record.reward = value
         wall = time.perf_counter() - started
         metrics = summarize(records, self.kinds)
         with self._lock:
@@ -352,6 +383,7 @@ class OutcomeReward:
         record.spec_warnings = count_warnings(spec.warnings)
         record.agents = len(spec.nodes)
         record.agent_counts = spec.agent_counts()
+        record.structure = structure_of(spec).as_dict()
         outcome = await execute_spec(
             spec, str(question), model=self.subagent, search=self.search, registry=self.registry,
             settings=self.settings, orchestration=text, constrained=self.constrained,
@@ -372,18 +404,23 @@ class OutcomeReward:
         )
         record.reward = self.reward_for(record)
 
+    def cost_of(self, record: RolloutRecord) -> float:
+        """The rollout's cost in ``cost_metric`` units (tokens in thousands)."""
+        return {
+            "subagent_calls": float(record.subagent_calls),
+            "total_tokens": record.total_tokens / 1000.0,
+            "cost_usd": record.cost_usd,
+        }[self.cost_metric]
+
     def reward_for(self, record: RolloutRecord) -> float:
-        """The number for an executed (``ok``) rollout; see the module docstring."""
+        """The number for an executed (``ok``) rollout on its own; see the module docstring (with
+        ``cost_reward="group"`` the cost is applied per group afterwards, so this is the full reward)."""
         if record.status != Status.OK.value:
             return 0.0
         reward = self.execution_success_weight
         if record.correct:
-            cost = {
-                "subagent_calls": float(record.subagent_calls),
-                "total_tokens": record.total_tokens / 1000.0,
-                "cost_usd": record.cost_usd,
-            }[self.cost_metric]
-            reward += max(0.0, self.final_answer_weight - self.cost_weight * cost)
+            penalty = self.cost_weight * self.cost_of(record) if self.cost_reward == "linear" else 0.0
+            reward += max(0.0, self.final_answer_weight - penalty)
         return float(reward)
 
     # -- metrics for the trainer ----------------------------------------------------------------
@@ -410,6 +447,33 @@ class OutcomeReward:
         )
 
 
+def group_cost_rewards(records: Sequence[RolloutRecord], groups: Sequence[str], reward: OutcomeReward) -> list[float]:
+    """Rewards with cost normalised among the correct rollouts of each group (one prompt's rollouts).
+
+    Args:
+        records: the scored rollouts (their ``reward`` without any cost penalty).
+        groups: one key per record; records with the same key were sampled for the same prompt.
+        reward: gives ``cost_weight``, ``final_answer_weight``, ``execution_success_weight`` and ``cost_of``.
+
+    Returns:
+        One reward per record: unchanged for wrong or failed rollouts; for a correct one
+        ``execution_success_weight + final_answer_weight × (1 − cost_weight × (c − min) / (max − min))`` over the
+        costs ``c`` of the group's correct rollouts (no penalty when they all cost the same).
+    """
+    by_group: dict[str, list[int]] = {}
+    for i, key in enumerate(groups):
+        if records[i].correct and records[i].status == Status.OK.value:
+            by_group.setdefault(key, []).append(i)
+    out = [r.reward for r in records]
+    for members in by_group.values():
+        costs = [reward.cost_of(records[i]) for i in members]
+        low, high = min(costs), max(costs)
+        for i, cost in zip(members, costs, strict=True):
+            share = (cost - low) / (high - low) if high > low else 0.0
+            out[i] = reward.execution_success_weight + reward.final_answer_weight * (1.0 - reward.cost_weight * share)
+    return out
+
+
 def make_outcome_reward(
     subagent: Any = "embedded",
     dom: str = "high",
@@ -432,8 +496,10 @@ def make_outcome_reward(
     WebSearchAgent nodes (without one the agent is not offered, see :func:`orchestra_registry`).
     ``max_concurrency``: multi-agent systems executed at once across the batch (the paper ran 128).
     ``timeout``: seconds one MAS may run before it scores 0 as ``timeout``. Further keywords:
-    ``cost_metric`` (``subagent_calls`` | ``total_tokens`` | ``cost_usd``), ``call_timeout`` (one sub-agent
-    call), ``graph_concurrency`` (model calls in flight inside one MAS), ``grade_timeout``, ``judge`` (the
+    ``cost_metric`` (``subagent_calls`` | ``total_tokens`` | ``cost_usd``), ``cost_reward`` (``linear`` |
+    ``group``: cost normalised among a prompt's correct rollouts, see :func:`group_cost_rewards`),
+    ``call_timeout`` (one sub-agent call),
+    ``graph_concurrency`` (model calls in flight inside one MAS), ``grade_timeout``, ``judge`` (the
     model for ``grader="judge"``), ``retry_initial_delay``, ``constrained`` (sub-agent replies under the reply
     grammar, as :class:`mas_orchestra.Orchestra` takes it; None: on for local models), ``settings`` (a
     :class:`~mas_orchestra.settings.RunSettings` for each MAS; ``timeout``, ``max_retries``, ``call_timeout``,

@@ -61,6 +61,9 @@ class CurvePoint:
     correct_rate: float
     #: Each agent kind's share of the agent nodes in the step's valid specs (``agent_share/<kind>`` in the log).
     agent_share: dict[str, float] = field(default_factory=dict)
+    #: The step's structure metrics (``structure/<key>`` in the log: ``depth_mean``, ``ref_depth_mean`` …; see
+    #: :mod:`mas_orchestra.spec.structure`); empty for runs logged before they existed.
+    structure: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,8 @@ def curve_from_history(history: Sequence[dict[str, Any]]) -> list[CurvePoint]:
             correct_rate=_number(entry, "correct_rate"),
             agent_share={key.split("/", 1)[1]: float(value) for key, value in entry.items()
                          if key.startswith("agent_share/") and isinstance(value, (int, float))},
+            structure={key.split("/", 1)[1]: float(value) for key, value in entry.items()
+                       if key.startswith("structure/") and isinstance(value, (int, float))},
         )
     return [by_step[step] for step in sorted(by_step)]
 
@@ -227,15 +232,23 @@ def used_kinds(curve: Sequence[CurvePoint]) -> list[str]:
     return sorted({kind for p in curve for kind, share in p.agent_share.items() if share > 0})
 
 
+#: Structure columns of :func:`format_curve` (log key under ``structure/``, column title).
+_STRUCTURE_COLUMNS = (("depth_mean", "depth"), ("ref_depth_mean", "refdepth"), ("width_mean", "width"),
+                      ("wired_share", "wired"))
+
+
 def format_curve(curve: Sequence[CurvePoint]) -> str:
-    """A plain-text table of the curve, one row per step (with the share of each agent kind used)."""
+    """A plain-text table of the curve, one row per step (with the share of each agent kind used and, for runs
+    that logged them, the structure metrics: depth along edges, depth along references, width, wired share)."""
     kinds = used_kinds(curve)
+    shapes = [(key, title) for key, title in _STRUCTURE_COLUMNS if any(key in p.structure for p in curve)]
     lines = [f"{'step':>5} {'reward':>7} {'± std':>6} {'valid':>6} {'agents':>6} {'deleg':>6} {'correct':>7}"
-             + "".join(f" {kind[:9]:>9}" for kind in kinds)]
+             + "".join(f" {kind[:9]:>9}" for kind in kinds) + "".join(f" {title:>8}" for _, title in shapes)]
     for p in curve:
         lines.append(f"{p.step:>5} {p.reward:>7.3f} {p.reward_std:>6.3f} {p.valid_spec_rate:>6.2f} "
                      f"{p.agents_per_spec:>6.2f} {p.delegation_share:>6.2f} {p.correct_rate:>7.3f}"
-                     + "".join(f" {p.agent_share.get(kind, 0.0):>9.2f}" for kind in kinds))
+                     + "".join(f" {p.agent_share.get(kind, 0.0):>9.2f}" for kind in kinds)
+                     + "".join(f" {p.structure.get(key, math.nan):>8.2f}" for key, _ in shapes))
     return "\n".join(lines)
 
 
@@ -258,7 +271,8 @@ def plot_training(
     validation: Sequence[ValidationPoint] | None = None,
 ) -> Path:
     """Draw the reward (mean ± std over the step's rollouts), valid-spec rate and delegation share per step,
-    agents per spec on a second axis, and the validation passes (Avg@k as large diamonds, at step 0 too).
+    agents per spec and (where logged) the mean depth along edges and along ``${id}`` references on a second
+    axis, and the validation passes (Avg@k as large diamonds, at step 0 too).
     ``run`` is a run directory / ``trainer_state.json`` (its validation entries are read from it unless
     ``validation`` is given) or a curve; ``out_path`` defaults to ``<run>/reward_curve.png``. Returns the PNG's
     path. Needs matplotlib (``pip install 'mas-orchestra[eval]'``)."""
@@ -310,8 +324,16 @@ def plot_training(
     if any(not math.isnan(a) for a in agents):
         twin = ax.twinx()
         twin.plot(steps, agents, linestyle=":", color="C3", label="agents per spec")
-        twin.set_ylabel("agents per spec")
-        twin.set_ylim(0, max(1.0, max((a for a in agents if not math.isnan(a)), default=1.0)) * 1.3)
+        counts = [a for a in agents if not math.isnan(a)]
+        # Structure along edges and along ${id} references (what carries results), in agents, where logged.
+        for key, label, style in (("depth_mean", "depth (edges)", "-."), ("ref_depth_mean", "depth (references)", "-")):
+            values = [p.structure.get(key, math.nan) for p in curve]
+            if any(not math.isnan(v) for v in values):
+                twin.plot(steps, values, linestyle=style, color="C7" if key == "depth_mean" else "C6",
+                          marker="^" if key == "ref_depth_mean" else None, markersize=4, label=label)
+                counts.extend(v for v in values if not math.isnan(v))
+        twin.set_ylabel("agents")
+        twin.set_ylim(0, max(1.0, max(counts, default=1.0)) * 1.3)
         twin.legend(loc="lower right", fontsize=8)
     ax.legend(loc="lower left", fontsize=8)
     comparison = compare_windows(curve, fraction)

@@ -274,8 +274,9 @@ class RunFolder:
         return {"row": number, "record": record, **_derived(record, self.kind)}
 
     def curve(self) -> dict[str, Any]:
-        """Reward and agent-kind shares per step: from ``trainer_state.json`` when there is one, else from the
-        rollouts themselves."""
+        """Reward and agent-kind shares per step (and, from ``trainer_state.json``, the structure metrics
+        ``structure/*``: mean depth along edges and along references, width, wired share): from
+        ``trainer_state.json`` when there is one, else from the rollouts themselves."""
         if self.kind != "training":
             raise StudioInputError(f"{self.path} is an eval folder; reward curves belong to training folders")
         if self.state_file is not None:
@@ -285,7 +286,8 @@ class RunFolder:
                 raise StudioInputError(str(exc), status=422) from exc
             return {"source": str(self.state_file.name), "points": [
                 {"step": p.step, "reward": _finite(p.reward), "valid": _finite(p.valid_spec_rate),
-                 "shares": {k: _finite(v) for k, v in p.agent_share.items()}} for p in points]}
+                 "shares": {k: _finite(v) for k, v in p.agent_share.items()},
+                 "structure": {k: _finite(v) for k, v in p.structure.items()}} for p in points]}
         return {"source": ROLLOUTS_FILE, "points": self._rollout_curve()}
 
     def _rollout_curve(self) -> list[dict[str, Any]]:

@@ -72,7 +72,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             force=args.force, constrained=args.constrained,
             agents=[a.strip() for a in args.agents.split(",") if a.strip()] if args.agents else None,
             max_agents=args.max_agents, max_tokens=args.max_tokens, strict=args.strict, prompt=args.prompt,
-            whole_response_fallback=args.whole_response_fallback,
+            whole_response_fallback=args.whole_response_fallback, control=args.control,
         )
     except errors as exc:
         # KeyError's str() quotes its message (an unknown agent kind in --agents); print the message itself.
@@ -140,6 +140,12 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--whole-response-fallback", action="store_true",
                    help="grade an orchestration with no agent and no <answer> on its whole text, as the "
                         "original reward did (off by default)")
+    controls = p.add_mutually_exclusive_group()
+    controls.add_argument("--ablate-wiring", dest="control", action="store_const", const="ablate-wiring",
+                          help="causal control (high DoM): remove every ${id} reference from the plan's inputs before "
+                               "it runs; the edges stay")
+    controls.add_argument("--random-graph", dest="control", action="store_const", const="random-graph",
+                          help="causal control (high DoM): run a random valid graph with as many agents as the plan")
     p.add_argument("--json", action="store_true", help="print summary.json on stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (also off when stderr is no TTY)")
     p.add_argument("--force", action="store_true", help="add to a run directory written with other arguments")

@@ -54,7 +54,8 @@ BASELINE_KINDS: tuple[str, ...] = _BASELINE_KINDS
 # The arguments that decide what a results line means; a resumed run must agree on all of them.
 IDENTITY_KEYS: tuple[str, ...] = (
     "data", "orchestrator", "subagent", "dom", "grader", "judge_model", "baseline", "agents", "max_tokens",
-    "strict", "prompt", "whole_response_fallback",  # None when off, so directories written before them still match
+    # None when off, so directories written before these existed still match:
+    "strict", "prompt", "whole_response_fallback", "control",
 )
 
 

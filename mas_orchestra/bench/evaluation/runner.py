@@ -113,6 +113,7 @@ def _make_runner(
     max_tokens: int | None = None,
     strict: bool = False,
     prompt: Any = None,
+    control: str | None = None,
 ) -> Runner:
     """One Orchestra (or one resolved sub-agent model for a baseline), reused for every question."""
     from mas_orchestra.runtime import Orchestra, execute_spec
@@ -134,6 +135,10 @@ def _make_runner(
         agents=agents, grammar_limits=GrammarLimits(max_agents=max_agents) if max_agents else None,
         orchestrator_max_tokens=max_tokens, strict=strict, prompt=prompt,
     )
+    if control is not None:
+        from mas_orchestra.bench.evaluation.controls import control_runner
+
+        return control_runner(orchestra, control, constrained=constrained)
     return orchestra.arun
 
 
@@ -203,6 +208,19 @@ def _check_arguments(
         raise MissingExtraError("grader 'math' (Math-Verify)", "grading", "math_verify")
 
 
+def _check_control(control: str | None, dom: str, baseline: str | None) -> None:
+    from mas_orchestra.bench.evaluation.controls import CONTROLS
+
+    if control is None:
+        return
+    if control not in CONTROLS:
+        raise EvalInputError(f"unknown control {control!r}; valid: {', '.join(CONTROLS)}")
+    if baseline is not None:
+        raise EvalInputError(f"--{control} changes an orchestrator's plan; a --baseline run has none")
+    if dom != "high":
+        raise EvalInputError(f"--{control} needs --dom high: a low-DoM plan is one agent with no wiring to change")
+
+
 async def aevaluate(
     rows: str | os.PathLike[str] | Iterable[Mapping[str, Any]],
     *,
@@ -234,6 +252,7 @@ async def aevaluate(
     strict: bool = False,
     prompt: str | os.PathLike[str] | None = None,
     whole_response_fallback: bool = False,
+    control: str | None = None,
 ) -> dict[str, Any]:
     """Evaluate ``rows`` (a JSONL path or dicts) and return the summary (also written to ``out_dir``).
 
@@ -255,7 +274,9 @@ async def aevaluate(
     ``invalid_spec`` (see :class:`~mas_orchestra.spec.SpecWarning`). ``prompt``: the orchestrator's prompt
     template folder (:mod:`mas_orchestra.prompt_templates`; None: ours). ``whole_response_fallback``: grade an
     orchestration with no agent and no ``<answer>`` as a direct answer, the whole response being the answer
-    (the original reward's behaviour; off by default).
+    (the original reward's behaviour; off by default). ``control``: a causal control applied to every plan before
+    it runs, ``"ablate-wiring"`` or ``"random-graph"`` (:mod:`mas_orchestra.bench.evaluation.controls`; high DoM,
+    no baseline).
 
     Raises :class:`EvalInputError` (bad rows/arguments, :class:`ConfigMismatchError`),
     ``MissingCredentialsError`` / ``MissingExtraError`` / ``ValueError`` from model or backend strings.
@@ -269,6 +290,7 @@ async def aevaluate(
         raise EvalInputError(str(exc)) from None
     if baseline == "search" and search is None:
         raise EvalInputError("baseline 'search' needs a search backend: --search bm25:<corpus.jsonl>|ddg|tavily")
+    _check_control(control, dom, baseline)
     if is_official_source(rows):
         data_label: str = str(rows).strip()
     elif isinstance(rows, (str, os.PathLike)):
@@ -285,7 +307,7 @@ async def aevaluate(
         "version": CONFIG_VERSION,
         # A pool is part of the label, so that the Pareto plot tells pools apart.
         "label": _run_label(baseline, orch_label) + (f" pool[{','.join(subagent)}]" if isinstance(subagent, Mapping)
-                                                     else ""),
+                                                     else "") + (f" control[{control}]" if control else ""),
         "data": data_label,
         "orchestrator": orch_label,
         "subagent": _model_label(subagent),
@@ -307,6 +329,7 @@ async def aevaluate(
         "strict": True if strict else None,
         "prompt": str(Path(prompt).resolve()) if prompt is not None else None,
         "whole_response_fallback": True if whole_response_fallback else None,
+        "control": control,
         "grade_timeout": grade_timeout,
         "created": now,
         "updated": now,
@@ -330,6 +353,7 @@ async def aevaluate(
                 concurrency=concurrency, grader=grader, judge=judge, grade_timeout=grade_timeout,
                 progress=progress, constrained=constrained, agents=agents, max_agents=max_agents,
                 max_tokens=max_tokens, strict=strict, prompt=prompt, whole_response_fallback=whole_response_fallback,
+                control=control,
             )
         summary = summarize(read_results(results_path).values(), config=config,
                             elapsed_s=time.perf_counter() - started)
@@ -370,6 +394,7 @@ async def _run_pending(
     strict: bool = False,
     prompt: Any = None,
     whole_response_fallback: bool = False,
+    control: str | None = None,
 ) -> None:
     from mas_orchestra.bench.grading import agrade
     from mas_orchestra.runtime import whole_response_answer
@@ -383,7 +408,7 @@ async def _run_pending(
     runner = _make_runner(
         orchestrator=orchestrator, subagent=subagent, dom=dom, baseline=baseline, search=search, settings=settings,
         temperature=temperature, models=models, constrained=constrained, agents=agents, max_agents=max_agents,
-        max_tokens=max_tokens, strict=strict, prompt=prompt,
+        max_tokens=max_tokens, strict=strict, prompt=prompt, control=control,
     )
     deadline = grade_timeout + _GRADE_SLACK_S
 

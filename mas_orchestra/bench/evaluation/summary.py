@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from mas_orchestra.bench.evaluation.common import STATUSES
+from mas_orchestra.errors import SpecError
+from mas_orchestra.spec.structure import Structure, structure_of_data, summarize_structures
 
 __all__ = ["format_summary", "summarize"]
 
@@ -33,7 +36,8 @@ def summarize(
 
     ``avg_at_k`` is the mean correctness over all runs, ``pass_at_k`` the share of questions with at
     least one correct sample, ``valid_rate`` the share of runs whose orchestration parsed and compiled.
-    Means are per run (one question-sample).
+    Means are per run (one question-sample). ``structure`` holds the means of
+    :func:`mas_orchestra.spec.structure.summarize_structures` over the runs whose spec was read.
     """
     recs = list(records)
     runs = len(recs)
@@ -45,6 +49,7 @@ def summarize(
     totals: Counter[str] = Counter()
     cost = wall = 0.0
     valid = correct = grade_errors = n_specs = n_agents = 0
+    shapes: list[Structure] = []
     for rec in recs:
         ok = bool(rec.get("correct"))
         per_question[str(rec.get("id"))].append(ok)
@@ -67,6 +72,8 @@ def summarize(
             nodes = spec.get("nodes") or []
             n_agents += len(nodes)
             histogram.update(str(node.get("agent")) for node in nodes)
+            with contextlib.suppress(SpecError):  # a hand-edited record: its structure is not counted
+                shapes.append(structure_of_data(spec))
     n = len(per_question)
     summary: dict[str, Any] = {
         "n": n,
@@ -95,6 +102,7 @@ def summarize(
         "elapsed_s": elapsed_s,
         "agent_histogram": dict(sorted(histogram.items())),
         "mean_agents_per_spec": _mean(n_agents, n_specs),
+        "structure": summarize_structures(shapes),
         "spec_warnings": dict(sorted(warnings.items())),
         "runs_with_spec_warnings": sum(bool((r.get("spec") or {}).get("warnings")) for r in recs),
         "whole_response_answers": fallback_answers,
@@ -102,7 +110,7 @@ def summarize(
     if config:
         for key in ("label", "data", "orchestrator", "subagent", "dom", "grader", "judge_model", "baseline",
                     "search", "limit", "timeout", "temperature", "constrained", "agents", "max_agents", "max_tokens",
-                    "strict", "prompt", "whole_response_fallback"):
+                    "strict", "prompt", "whole_response_fallback", "control"):
             summary[key] = config.get(key)
     return summary
 
@@ -126,6 +134,13 @@ def format_summary(summary: Mapping[str, Any]) -> str:
                  + (f", {elapsed:.1f} s elapsed" if elapsed is not None else "")),
         ("agents", f"{agents} ({summary['mean_agents_per_spec']:.2f} per spec)"),
     ]
+    shape = summary.get("structure") or {}
+    if shape:
+        rows.append(("structure", f"depth {shape['depth_mean']:.2f}, ref depth {shape['ref_depth_mean']:.2f}, "
+                                  f"width {shape['width_mean']:.2f}, edges {shape['edges_mean']:.2f}, "
+                                  f"wired {shape['wired_share']:.0%}"))
+    if summary.get("control"):
+        rows.append(("control", str(summary["control"])))
     warned = summary.get("spec_warnings") or {}
     rows.append(("spec warnings", (", ".join(f"{k} {v}" for k, v in warned.items())
                                    + f" (in {summary.get('runs_with_spec_warnings', 0)} runs)") if warned else "none"))

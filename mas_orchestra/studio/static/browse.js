@@ -96,6 +96,25 @@ async function openSample(folder, row) {
   if (!sample.graph) graphBox.append(el("p", { class: "muted" }, "No valid plan in this record."));
 }
 
+// Mean depth of the rollouts' graphs per step: along edges, and along ${id} references (what carries results).
+function drawStructure(box, allPoints, x, W, H, P) {
+  const series = [["depth_mean", "depth (edges)", "structure-depth"], ["ref_depth_mean", "depth (references)", "structure-ref-depth"]];
+  const points = allPoints.filter((p) => p.structure && p.structure.depth_mean != null);
+  if (!points.length) return;
+  const values = points.flatMap((p) => series.map(([key]) => p.structure[key]).filter((v) => v != null));
+  const hi = Math.max(1, ...values);
+  const y = (v) => H - P - (H - 2 * P) * (v / hi);
+  const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, class: "curve", id: "structure-curve" });
+  for (const [key, , cls] of series) {
+    const line = points.filter((p) => p.structure[key] != null);
+    svg("path", { d: line.map((p, i) => `${i ? "L" : "M"}${x(p.step)},${y(p.structure[key])}`).join(" "), class: cls }, chart);
+  }
+  svg("text", { x: 2, y: y(hi) + 4, class: "axis" }, chart).textContent = hi.toFixed(1);
+  svg("text", { x: 2, y: y(0) + 4, class: "axis" }, chart).textContent = "0";
+  box.append(el("h3", {}, "Graph depth per step (agents)"), chart,
+    el("div", { class: "legend" }, ...series.map(([, label, cls]) => el("span", { class: `chip ${cls}` }, label))));
+}
+
 async function drawCurve(number) {
   const curve = await api(`/api/folders/${number}/curve`);
   const points = curve.points.filter((p) => p.reward !== null);
@@ -115,7 +134,9 @@ async function drawCurve(number) {
   svg("text", { x: W - P, y: H - 6, class: "axis", "text-anchor": "end" }, chart).textContent = `step ${steps[steps.length - 1]}`;
   svg("text", { x: 2, y: y(hi) + 4, class: "axis" }, chart).textContent = hi.toFixed(1);
   svg("text", { x: 2, y: y(lo) + 4, class: "axis" }, chart).textContent = lo.toFixed(1);
-  box.append(chart, el("h3", {}, "Agent-kind shares per step"));
+  box.append(chart);
+  drawStructure(box, curve.points, x, W, H, P);
+  box.append(el("h3", {}, "Agent-kind shares per step"));
   const kinds = [...new Set(curve.points.flatMap((p) => Object.keys(p.shares)))].sort();
   const bars = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, class: "curve", id: "kind-shares" });
   const bw = (W - 2 * P) / curve.points.length;

@@ -1,0 +1,155 @@
+"""Training pieces for learning structure: structure metrics per batch, cost among a group's correct rollouts,
+model pools and prices from the training config, the dead-group warning, and the wiring recipes."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from mas_orchestra.bench.masbench import MasbenchCalculator
+from mas_orchestra.bench.masbench.generation import generate
+from mas_orchestra.offers import PoolError, with_pool
+from mas_orchestra.registry import offered_registry
+from mas_orchestra.spec import spec_from_data
+from mas_orchestra.testing import ScriptedChatModel, cot_reply
+from training.config import parse_config
+from training.rewards import RolloutRecord, group_cost_rewards, make_outcome_reward, summarize
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+CALC = "python:mas_orchestra.bench.masbench:MasbenchCalculator"
+CALC2 = "python:mas_orchestra.bench.masbench:TwoRoundCalculator"
+
+
+def chain(n: int, *, wired: bool = True, model: str | None = None) -> str:
+    nodes = []
+    for i in range(1, n + 1):
+        text = f"Given ${{A{i - 1}}}, continue." if wired and i > 1 else "Continue the task."
+        node = {"id": f"A{i}", "agent": "cot", "input": text}
+        if model:
+            node["params"] = {"model": model}
+        nodes.append(node)
+    edges = [{"source": f"A{i}", "target": f"A{i + 1}"} for i in range(1, n)]
+    registry = offered_registry(None, agents=["cot", "sc"])
+    if model:
+        registry = with_pool(registry, {"fast": MasbenchCalculator(), "strong": MasbenchCalculator(rounds=2)})
+    return spec_from_data({"nodes": nodes, "edges": edges}, registry=registry).to_xml(registry=registry)
+
+
+def score(reward, completions, rows):
+    return asyncio.run(reward(
+        prompts=[[{"role": "user", "content": r["question"]}] for r in rows], completions=completions,
+        answer=[[r["answer"]] for r in rows], question=[r["question"] for r in rows], id=[r["id"] for r in rows],
+    ))
+
+
+@pytest.fixture(scope="module")
+def depth3():
+    return generate("depth", [3], n=2, seed=0, split="test")
+
+
+def test_only_a_wired_chain_as_long_as_the_problem_solves_it(depth3):
+    reward = make_outcome_reward(subagent=CALC, registry=offered_registry(None, agents=["cot", "sc"]))
+    rows = [depth3[0]] * 4
+    out = score(reward, [chain(2), chain(3), chain(3, wired=False), chain(4)], rows)
+    assert out == [0.0, 1.0, 0.0, 1.0]
+    m = reward.last_batch["metrics"]
+    assert m["structure/depth_mean"] == pytest.approx((2 + 3 + 3 + 4) / 4)
+    assert m["structure/ref_depth_mean"] == pytest.approx((2 + 3 + 1 + 4) / 4)
+    assert m["structure/wired_share"] == pytest.approx((1 + 2 + 0 + 3) / (1 + 2 + 2 + 3))
+    assert m["structure/width_mean"] == 1.0 and m["structure/edges_mean"] == pytest.approx(2.0)
+    assert m["structure/correct_ref_depth_mean"] == pytest.approx(3.5)
+    assert reward.last_batch["records"][1].structure["ref_depth"] == 3
+
+
+def test_structure_keys_are_logged_even_for_an_all_invalid_batch():
+    m = summarize([RolloutRecord(index=0, status="invalid_spec")])
+    assert m["structure/depth_mean"] == 0.0 and m["structure/wired_share"] == 0.0
+
+
+def test_group_cost_prefers_the_cheaper_correct_rollout_within_each_group():
+    class Costs:
+        cost_weight, final_answer_weight, execution_success_weight = 0.5, 1.0, 0.0
+
+        @staticmethod
+        def cost_of(record):
+            return float(record.subagent_calls)
+
+    def rec(i, calls, correct, status="ok"):
+        return RolloutRecord(index=i, status=status, correct=correct, subagent_calls=calls,
+                             reward=1.0 if correct else 0.0)
+
+    records = [rec(0, 3, True), rec(1, 9, True), rec(2, 6, True), rec(3, 1, False),  # group a
+               rec(4, 50, True), rec(5, 2, False),                                 # group b: one correct
+               rec(6, 4, True), rec(7, 4, True)]                                   # group c: equal costs
+    out = group_cost_rewards(records, ["a"] * 4 + ["b"] * 2 + ["c"] * 2, Costs())
+    assert out == pytest.approx([1.0, 0.5, 0.75, 0.0, 1.0, 0.0, 1.0, 1.0])
+
+
+def test_a_pool_with_prices_learns_nothing_from_scale(depth3):
+    pool = {"fast": MasbenchCalculator(), "strong": MasbenchCalculator(rounds=2, model_name="calc-strong")}
+    registry = with_pool(offered_registry(None, agents=["cot", "sc"]), pool)
+    from mas_orchestra.runtime.pricing import register_price
+
+    register_price("masbench-calculator", 1.0, 1.0)
+    register_price("calc-strong", 5.0, 5.0)
+    reward = make_outcome_reward(subagent=pool["fast"], registry=registry, cost_metric="cost_usd",
+                                 cost_weight=0.5, cost_reward="group")
+    rows = [depth3[0]] * 4
+    # fast 3-chain and strong 2-chain both solve depth 3; the strong one costs more; fast 2-chain is wrong.
+    out = score(reward, [chain(3, model="fast"), chain(2, model="strong"), chain(2, model="fast"),
+                         chain(3, model="strong")], rows)
+    records = reward.last_batch["records"]
+    assert [r.correct for r in records] == [True, True, False, True]
+    assert records[0].cost_usd < records[1].cost_usd < records[3].cost_usd
+    assert out[0] == pytest.approx(1.0) and out[2] == 0.0 and out[3] == pytest.approx(0.5)
+    assert 0.5 < out[1] < 1.0
+    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+        make_outcome_reward(subagent=pool["fast"], cost_reward="group", cost_weight=1.0)
+    with pytest.raises(ValueError, match="unknown cost_reward"):
+        make_outcome_reward(subagent=pool["fast"], cost_reward="relative")
+
+
+def test_config_pool_defaults_and_prices(tmp_path, capsys):
+    cfg = parse_config(["--subagent", f"fast={CALC},strong={CALC2}", "--subagent-defaults", "sc=strong",
+                        "--prices", "fast=1:1,strong=5:4.5", "--cost-reward", "group", "--cost-weight", "0.5"])
+    assert cfg.subagent_pool == {"fast": CALC, "strong": CALC2}
+    assert cfg.subagent_default_map == {"sc": "strong"} and cfg.price_table == {"fast": (1.0, 1.0),
+                                                                                  "strong": (5.0, 4.5)}
+    recipe = tmp_path / "pool.yaml"
+    recipe.write_text(f"subagent: {{fast: '{CALC}', strong: '{CALC2}'}}\nprices: {{fast: '1:1', strong: [5, 5]}}\n")
+    cfg = parse_config(["--config", str(recipe)])
+    assert cfg.subagent_pool == {"fast": CALC, "strong": CALC2} and cfg.price_table["strong"] == (5.0, 5.0)
+    assert parse_config([]).subagent_pool is None
+    for argv, message in (
+        (["--prices", "fast=cheap"], "price of 'fast' is 'cheap'"),
+        (["--subagent-defaults", "debate"], "is not KIND=ENTRY"),
+        (["--subagent", f"fast={CALC},fast={CALC2}"], "given twice"),
+        (["--cost-reward", "group", "--cost-weight", "2"], "must be in [0, 1)"),
+    ):
+        with pytest.raises(SystemExit):
+            parse_config(argv)
+        assert message in capsys.readouterr().err
+
+
+def test_pool_errors_name_what_is_missing():
+    from training.config import OrchestraGRPOConfig
+    from training.grpo import _subagents
+
+    registry = offered_registry(None, agents=["cot", "sc"])
+    cfg = OrchestraGRPOConfig(subagent=f"fast={CALC},strong={CALC2}", cost_metric="cost_usd",
+                              prices="fast=1:1", subagent_max_tokens=None)
+    with pytest.raises(PoolError, match=r"no price for pool model\(s\) strong \(masbench-calculator-2\)"):
+        _subagents(cfg, registry)
+    cfg = OrchestraGRPOConfig(subagent=f"fast={CALC},strong={CALC2}", subagent_defaults="sc=turbo",
+                              subagent_max_tokens=None)
+    with pytest.raises(PoolError, match="no such pool model; valid: fast, strong"):
+        _subagents(cfg, registry)
+    cfg = OrchestraGRPOConfig(subagent=CALC, subagent_defaults="sc=strong", subagent_max_tokens=None)
+    with pytest.raises(PoolError, match="needs a pool"):
+        _subagents(cfg, registry)
+    cfg = OrchestraGRPOConfig(subagent=f"fast={CALC},strong={CALC2}", prices="fast=1:1,strong=5:5",
+                              cost_metric="cost_usd", subagent_max_tokens=None)
+    model, pooled = _subagents(cfg, registry)
+    assert model.rounds == 1 and "model" in pooled.get("cot").params.model_fields
