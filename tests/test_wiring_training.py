@@ -13,7 +13,6 @@ from mas_orchestra.bench.masbench.generation import generate
 from mas_orchestra.offers import PoolError, with_pool
 from mas_orchestra.registry import offered_registry
 from mas_orchestra.spec import spec_from_data
-from mas_orchestra.testing import ScriptedChatModel, cot_reply
 from training.config import parse_config
 from training.rewards import RolloutRecord, group_cost_rewards, make_outcome_reward, summarize
 
@@ -153,3 +152,49 @@ def test_pool_errors_name_what_is_missing():
                               cost_metric="cost_usd", subagent_max_tokens=None)
     model, pooled = _subagents(cfg, registry)
     assert model.rounds == 1 and "model" in pooled.get("cot").params.model_fields
+
+
+@pytest.mark.parametrize("name", ["cpu_wiring.yaml", "cpu_wiring_low.yaml", "cpu_wiring_cost.yaml"])
+def test_wiring_recipes_parse_and_differ_only_where_they_say(name):
+    cfg = parse_config(["--config", str(RECIPES / name)])
+    base = parse_config(["--config", str(RECIPES / "cpu_wiring.yaml")])
+    assert cfg.model == "embedded" and cfg.constrained and cfg.merge and cfg.agent_kinds == ["cot", "sc"]
+    assert cfg.dataset == base.dataset and cfg.dataset.endswith("split=train")
+    assert (cfg.max_steps, cfg.num_generations, cfg.learning_rate) == (base.max_steps, base.num_generations,
+                                                                       base.learning_rate)
+    if name == "cpu_wiring_low.yaml":
+        assert cfg.dom == "low" and cfg.subagent == base.subagent and cfg.max_completion_length == \
+            base.max_completion_length
+    elif name == "cpu_wiring_cost.yaml":
+        assert cfg.dom == "high" and set(cfg.subagent_pool) == {"fast", "strong"}
+        assert cfg.cost_reward == "group" and cfg.cost_metric == "cost_usd" and set(cfg.price_table) == {"fast",
+                                                                                                         "strong"}
+    else:
+        assert cfg.dom == "high" and cfg.subagent == CALC
+
+
+def test_zero_reward_steps_are_reported_once(caplog):
+    from types import SimpleNamespace
+
+    from training.trainer import OrchestraGRPOTrainer
+
+    trainer = OrchestraGRPOTrainer.__new__(OrchestraGRPOTrainer)
+    trainer._zero_reward_steps = []
+    trainer.state = SimpleNamespace(global_step=0)
+    zero = [RolloutRecord(index=0, status="ok", reward=0.0), RolloutRecord(index=1, status="invalid_spec")]
+    with caplog.at_level("WARNING", logger="training.trainer"):
+        for step in (1, 2, 3, 4):
+            trainer.state.global_step = step
+            trainer._watch_zero_rewards(zero)
+    warnings = [r.getMessage() for r in caplog.records if "no gradient" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].startswith("steps 1-3: every rollout scored 0")
+    assert "invalid_spec, ok" in warnings[0]
+    trainer.state.global_step = 5
+    trainer._watch_zero_rewards([RolloutRecord(index=0, status="ok", reward=1.0)])
+    assert trainer._zero_reward_steps == []
+
+
+def test_dead_group_share_counts_groups_without_advantage():
+    records = [RolloutRecord(index=i, status="ok", reward=r, question=q)
+               for i, (q, r) in enumerate([("a", 0.0), ("a", 0.0), ("b", 1.0), ("b", 0.0), ("c", 1.0), ("c", 1.0)])]
+    assert summarize(records)["dead_group_share"] == pytest.approx(2 / 3)

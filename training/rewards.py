@@ -188,7 +188,9 @@ def summarize(records: Sequence[RolloutRecord], kinds: Sequence[str] = ()) -> di
     - ``structure/<key>`` for each of :data:`~mas_orchestra.spec.structure.STRUCTURE_KEYS` over the valid specs
       (``agents_mean``, ``depth_mean`` along edges, ``ref_depth_mean`` along ``${id}`` references, ``width_mean``,
       ``edges_mean``, ``wired_share``; see :func:`mas_orchestra.spec.structure.summarize_structures`);
-      ``structure/correct_ref_depth_mean``: ``ref_depth`` of the correct ones (0 when none).
+      ``structure/correct_ref_depth_mean``: ``ref_depth`` of the correct ones (0 when none);
+    - ``dead_group_share``: share of groups (rollouts of the same question) whose rewards are all equal, so their
+      GRPO advantages are zero and they give the policy no gradient.
     """
     n = len(records)
     statuses = Counter(r.status for r in records)
@@ -224,6 +226,11 @@ def summarize(records: Sequence[RolloutRecord], kinds: Sequence[str] = ()) -> di
     for key in STRUCTURE_KEYS:
         out[f"structure/{key}"] = structure[key]
     out["structure/correct_ref_depth_mean"] = _mean([shape.ref_depth for r, shape in measured if r.correct])
+    groups: dict[str, list[float]] = {}
+    for r in records:
+        groups.setdefault(r.question, []).append(r.reward)
+    # A group whose rollouts all scored the same has zero advantages: GRPO learns nothing from it.
+    out["dead_group_share"] = (sum(len(set(g)) == 1 for g in groups.values()) / len(groups)) if groups else 0.0
     return out
 
 

@@ -77,9 +77,13 @@ class OrchestraGRPOTrainer(GRPOTrainer):
     #: A :class:`training.profiling.PhaseProfiler` whose per-phase time and peak RSS join every training log.
     profiler: Any = None
 
+    #: Warn after this many logging steps in a row in which every rollout scored 0 (no gradient at all).
+    zero_reward_warn_after: int = 3
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._shared_prefix_warned: set[str] = set()
+        self._zero_reward_steps: list[int] = []
 
     def _outcome_rewards(self) -> list[Any]:
         return [f for f in self.reward_funcs if hasattr(f, "pop_records")]
@@ -97,6 +101,8 @@ class OrchestraGRPOTrainer(GRPOTrainer):
             if not records:
                 continue  # e.g. the end-of-training summary log: nothing new to report
             metrics = summarize(records, reward.kinds)
+            if self.model.training:
+                self._watch_zero_rewards(records)
             metrics["rollouts"] = float(len(records))  # all ranks: the global generation batch
             metrics["rollout_ranks"] = float(len(set(ranks)))
             self._append_rollouts(records, ranks)
@@ -113,6 +119,23 @@ class OrchestraGRPOTrainer(GRPOTrainer):
         if self.profiler is not None and self.model.training:
             logs.update(self.profiler.pop_metrics())
         super().log(logs, start_time)
+
+    def _watch_zero_rewards(self, records: list[RolloutRecord]) -> None:
+        """Say in the log when every rollout has scored 0 for ``zero_reward_warn_after`` steps in a row: every
+        group's advantages are then zero and the policy gets no gradient (the task is out of reach)."""
+        step = int(self.state.global_step)
+        if any(r.reward for r in records):
+            self._zero_reward_steps = []
+            return
+        self._zero_reward_steps.append(step)
+        if len(self._zero_reward_steps) == self.zero_reward_warn_after:
+            statuses = sorted({r.status for r in records})
+            log.warning(
+                "steps %d-%d: every rollout scored 0 (statuses: %s), so every GRPO group has zero advantages and the "
+                "policy gets no gradient; make the reward reachable: easier data or a curriculum, more rollouts per "
+                "prompt (num_generations), a sampling temperature that explores, or a longer max_completion_length",
+                self._zero_reward_steps[0], step, ", ".join(statuses),
+            )
 
     def _get_per_token_logps_and_entropies(self, model: Any, input_ids: Any, attention_mask: Any,
                                            logits_to_keep: int, batch_size: int | None = None,

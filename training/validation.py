@@ -43,7 +43,8 @@ log = logging.getLogger("training.validation")
 VAL_PREFIX = "val/"
 # summarize()'s keys kept in a validation entry (the rest describe training batches).
 _KEPT = ("agents_per_spec", "delegation_share", "direct_answer_share", "subagent_calls", "subagent_tokens",
-         "subagent_cost_usd", "rollout_wall_s/mean")
+         "subagent_cost_usd", "rollout_wall_s/mean", "structure/agents_mean", "structure/depth_mean",
+         "structure/ref_depth_mean", "structure/width_mean", "structure/edges_mean", "structure/wired_share")
 
 
 class ValidationRunner:

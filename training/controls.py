@@ -1,0 +1,113 @@
+"""The causal-controls table of a wiring run: did the trained orchestrator learn *structure*?
+
+    python -m training.controls --run runs/wire-s0 [--run runs/wire-s1] [--low-dom-run runs/wire-low] \\
+        --depths 3,4 --n 8 --samples 2 --out runs/controls
+
+For held-out MASBench depth problems (test split: templates never seen in training) it evaluates, with the
+sub-agent of the wiring recipe (``MasbenchCalculator``, one round of arithmetic per call):
+
+- ``base``: the untrained embedded orchestrator (high DoM, the recipe's kinds, grammar and token budget);
+- ``trained``: each ``--run``'s merged model (``<run>/merged``);
+- ``trained, wiring ablated``: the same plans with every ``${id}`` reference removed before they run
+  (:mod:`mas_orchestra.bench.evaluation.controls`); the edges stay;
+- ``trained, random graph``: a random valid graph with as many agents as each trained plan;
+- ``low DoM, trained``: ``--low-dom-run`` (the same recipe at ``dom: low``, same budget): one agent per plan.
+
+Each arm is one ``mas-orchestra eval`` run directory under ``--out`` (resumable: a rerun skips what is done) and
+one row of the printed Markdown table: accuracy (Avg@k), agents, depth along edges, depth along references,
+wired share and sub-agent calls per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mas_orchestra.bench.evaluation import evaluate
+from mas_orchestra.bench.masbench.generation import generate
+
+__all__ = ["Arm", "arms_for", "main", "table_row"]
+
+SUBAGENT = "python:mas_orchestra.bench.masbench:MasbenchCalculator"
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One row of the table: an orchestrator and how its plans are run."""
+
+    label: str
+    orchestrator: str
+    dom: str = "high"
+    control: str | None = None
+
+
+def arms_for(runs: Sequence[str], low_dom_run: str | None = None) -> list[Arm]:
+    """The arms of the table for trained run directories (each must hold ``merged/``)."""
+    arms = [Arm("base", "embedded")]
+    for run in runs:
+        merged = Path(run) / "merged"
+        if not merged.is_dir():
+            raise SystemExit(f"error: {merged} does not exist; train with merge: true (recipes/cpu_wiring.yaml does)")
+        name = Path(run).name
+        arms += [Arm(f"trained ({name})", f"hf:{merged}"),
+                 Arm(f"trained ({name}), wiring ablated", f"hf:{merged}", control="ablate-wiring"),
+                 Arm(f"trained ({name}), random graph", f"hf:{merged}", control="random-graph")]
+    if low_dom_run:
+        low = Path(low_dom_run)
+        arms.append(Arm(f"low DoM, trained ({low.name})", f"hf:{low / 'merged'}", dom="low"))
+    return arms
+
+
+def table_row(label: str, depth: int, summary: dict[str, Any]) -> str:
+    """One Markdown row from an eval ``summary.json``."""
+    shape = summary.get("structure") or {}
+    calls = summary["total_subagent_calls"] / summary["runs"] if summary.get("runs") else 0.0
+    return (f"| {label} | {depth} | {summary['avg_at_k']:.1%} ({round(summary['avg_at_k'] * summary['runs'])}/"
+            f"{summary['runs']}) | {shape.get('agents_mean', 0):.2f} | {shape.get('depth_mean', 0):.2f} | "
+            f"{shape.get('ref_depth_mean', 0):.2f} | {shape.get('wired_share', 0):.0%} | {calls:.2f} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.controls", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", action="append", default=[], help="a trained wiring run directory (repeatable)")
+    parser.add_argument("--low-dom-run", default=None, help="the low-DoM arm's run directory")
+    parser.add_argument("--depths", default="3,4", help="held-out MASBench depths (comma list)")
+    parser.add_argument("--n", type=int, default=8, help="test problems per depth")
+    parser.add_argument("--samples", type=int, default=2, help="orchestrations per problem (Avg@k)")
+    parser.add_argument("--temperature", type=float, default=0.5, help="orchestrator temperature (paper's 0.5)")
+    parser.add_argument("--max-tokens", type=int, default=320, help="orchestrator tokens (the recipe's budget)")
+    parser.add_argument("--agents", default="cot,sc", help="offered kinds (the recipe's)")
+    parser.add_argument("--seed", type=int, default=1, help="test-problem generation seed")
+    parser.add_argument("--skip-base", action="store_true", help="leave out the base arm")
+    parser.add_argument("--out", default="runs/controls", help="folder of the eval run directories")
+    args = parser.parse_args(argv)
+    if not args.run and not args.low_dom_run and args.skip_base:
+        parser.error("nothing to evaluate: give --run and/or --low-dom-run")
+    arms = arms_for(args.run, args.low_dom_run)
+    if args.skip_base:
+        arms = arms[1:]
+    out = Path(args.out)
+    rows = ["| arm | depth | accuracy | agents | depth (edges) | depth (refs) | wired | calls/run |",
+            "|---|---|---|---|---|---|---|---|"]
+    for depth in (int(d) for d in args.depths.split(",")):
+        data = generate("depth", [depth], n=args.n, seed=args.seed, split="test")
+        for i, arm in enumerate(arms):
+            summary = evaluate(
+                data, orchestrator=arm.orchestrator, subagent=SUBAGENT, dom=arm.dom, samples=args.samples,
+                out_dir=out / f"depth{depth}-arm{i}-{arm.control or arm.dom}-{Path(arm.orchestrator).name}",
+                temperature=args.temperature, max_tokens=args.max_tokens, max_agents=4,
+                agents=[a.strip() for a in args.agents.split(",")], control=arm.control, progress=False, plot=False,
+                data_name=f"masbench:depth:{depth}:n={args.n}:seed={args.seed}:split=test", concurrency=4,
+            )
+            rows.append(table_row(arm.label, depth, summary))
+            print(rows[-1], file=sys.stderr, flush=True)
+    print("\n".join(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
