@@ -82,29 +82,47 @@ def _example(dom: str, registry: AgentRegistry) -> str:
             registry=registry,
         )
     else:
-        # A chain whose second agent reads the first one's result through ${A1}: the one thing an edge alone
-        # does not do (it orders agents, it passes nothing). Small on purpose: a model copies the example's size.
-        first = _example_kind(registry, "cot")
-        second = _example_kind(registry, "cot")
-        nodes: list[dict[str, object]] = [
-            {"id": "A1", "agent": first.name, "description": "First step",
-             "input": "Work out the intermediate result the task needs first."},
-            {"id": "A2", "agent": second.name, "description": "Final step",
-             "input": "Given ${A1}, work out the final answer to the task."},
-        ]
-        for item in nodes:
-            if item["agent"] in _EXAMPLE_PARAMS:
-                item["params"] = _EXAMPLE_PARAMS[str(item["agent"])]
-        spec = spec_from_data(
-            {
-                "thinking": "The final answer depends on an intermediate result, so the second agent reads the "
-                            "first agent's output through ${A1}.",
-                "nodes": nodes,
-                "edges": [{"source": "A1", "target": "A2"}],
-            },
-            registry=registry,
-        )
+        return f"{_chain_example(registry)}\n\n{_single_example(registry)}"
     return spec.to_xml(registry=registry)
+
+
+def _chain_example(registry: AgentRegistry) -> str:
+    """A chain whose second agent reads the first one's result through ``${A1}``: the one thing an edge alone
+    does not do (it orders agents, it passes nothing). Small on purpose: a model copies the example's size."""
+    first = _example_kind(registry, "cot")
+    second = _example_kind(registry, "cot")
+    nodes: list[dict[str, object]] = [
+        {"id": "A1", "agent": first.name, "description": "First step",
+         "input": "Work out the intermediate result the task needs first."},
+        {"id": "A2", "agent": second.name, "description": "Final step",
+         "input": "Given ${A1}, work out the final answer to the task."},
+    ]
+    for item in nodes:
+        if item["agent"] in _EXAMPLE_PARAMS:
+            item["params"] = _EXAMPLE_PARAMS[str(item["agent"])]
+    spec = spec_from_data(
+        {
+            "thinking": "The final answer depends on an intermediate result, so the second agent reads the "
+                        "first agent's output through ${A1}.",
+            "nodes": nodes,
+            "edges": [{"source": "A1", "target": "A2"}],
+        },
+        registry=registry,
+    )
+    return "For a task whose answer needs an earlier result:\n" + spec.to_xml(registry=registry)
+
+
+def _single_example(registry: AgentRegistry) -> str:
+    """One agent with an empty input (the whole task): the plan a one-fact or one-step question needs."""
+    solver = _example_kind(registry, "cot")
+    node: dict[str, object] = {"id": "A1", "agent": solver.name, "description": "Answer the task", "input": ""}
+    if solver.name in _EXAMPLE_PARAMS:
+        node["params"] = _EXAMPLE_PARAMS[solver.name]
+    spec = spec_from_data({"thinking": "One step; a single agent solves the whole task.", "nodes": [node]},
+                          registry=registry)
+    return "For a one-step task (one fact or one calculation), one agent gets the whole task:\n" + spec.to_xml(
+        registry=registry)
+
 
 
 def _archive_entry(kind: AgentKind) -> dict[str, Any]:

@@ -132,5 +132,8 @@ def test_the_new_example_is_a_wired_chain_the_parser_reads():
     registry = offered_registry(None, agents=["cot", "sc"])
     text = orchestrator_messages("q", "high", registry=registry)[-1]["content"]
     example = text.split("# Format example", 1)[1].split("# Task", 1)[0]
-    shape = structure_of(parse_orchestration(example, registry=registry))
+    chain = example.split("For a one-step task", 1)[0].split("earlier result:", 1)[1]
+    shape = structure_of(parse_orchestration(chain, registry=registry))
     assert shape.ref_depth == shape.depth == 2 and shape.wired == 1
+    single = example.split("one agent gets the whole task:", 1)[1]
+    assert structure_of(parse_orchestration(single, registry=registry)).agents == 1
