@@ -102,9 +102,9 @@ def test_an_unknown_model_string_is_refused_before_any_thread_exists(client, tmp
     assert response.status_code == 403  # not among the models this studio allows
     assert "--allow-model 'gpt-9000'" in response.json()["error"]
     assert client.get("/api/runs").json() == []
-    from mas_orchestra.studio.security import ModelPolicy
+    from mas_orchestra.studio.security import studio_model_policy
 
-    with studio_client(create_app([], tmp_path / "any.sqlite", models=ModelPolicy.with_extra(["*"]))) as c:
+    with studio_client(create_app([], tmp_path / "any.sqlite", models=studio_model_policy(["*"]))) as c:
         response = c.post("/api/runs", json={"question": "q", "orchestrator": "gpt-9000", "subagent": "scripted:1"})
         assert response.status_code == 400  # allowed by the pattern, unknown to the runtime
         assert "unknown model 'gpt-9000'" in response.json()["error"] and "scripted:<answer>" in response.json()["error"]

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mas_orchestra.errors import MissingExtraError
+from mas_orchestra.models.policy import ModelPolicy
 from mas_orchestra.models.resolve import MODEL_FORMS
 from mas_orchestra.registry import default_registry
 from mas_orchestra.studio.browse import RowFilter, RunFolder, open_run_folders
@@ -31,7 +32,7 @@ from mas_orchestra.studio.demo import DEMO_ORCHESTRATOR
 from mas_orchestra.studio.graph import graph_of
 from mas_orchestra.studio.live import LiveRuns, RunRequest, validate_edit
 from mas_orchestra.studio.samples import load_samples
-from mas_orchestra.studio.security import TOKEN_ENV, AccessPolicy, Guarded, ModelPolicy, StudioLimits, new_token
+from mas_orchestra.studio.security import TOKEN_ENV, AccessPolicy, Guarded, StudioLimits, new_token, studio_model_policy
 
 try:
     from starlette.applications import Starlette
@@ -248,7 +249,7 @@ def create_app(
         token: the token every API request needs; a random one when ``None`` (read it from
             ``app.state.token``).
         allowed_hosts: Host names served besides the loopback ones.
-        models: which model strings requests may name (default: :meth:`ModelPolicy.with_extra`).
+        models: which model strings requests may name (default: :func:`studio_model_policy`).
         limits: body size, live runs, streams, time-out ceiling, finished threads kept.
 
     Returns:
@@ -260,7 +261,7 @@ def create_app(
     """
     limits = limits or StudioLimits()
     access = AccessPolicy(token or new_token(), frozenset(allowed_hosts), limits.max_body_bytes)
-    models = models or ModelPolicy.with_extra(allow_python_models=allow_python_models)
+    models = models or studio_model_policy(allow_python_models=allow_python_models)
     studio = Studio(runs, db, data, access, models, limits)
 
     def route(path: str, endpoint: Any, methods: list[str] | None = None, *, api: bool = True) -> Route:
@@ -306,7 +307,7 @@ def _from_environment() -> Starlette:
     app = create_app(
         paths("MAS_STUDIO_RUNS"), os.environ.get("MAS_STUDIO_DB", DEFAULT_DB), paths("MAS_STUDIO_DATA"),
         token=token, allowed_hosts=items("MAS_STUDIO_ALLOW_HOSTS"),
-        models=ModelPolicy.with_extra(items("MAS_STUDIO_ALLOW_MODELS")),
+        models=studio_model_policy(items("MAS_STUDIO_ALLOW_MODELS")),
     )
     if token is None:
         print(f"mas-orchestra studio: open /?token={app.state.token} on this server (set {TOKEN_ENV} to choose "

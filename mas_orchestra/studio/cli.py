@@ -22,7 +22,7 @@ def _cmd_studio(args: argparse.Namespace) -> int:
         import uvicorn
 
         from mas_orchestra.studio.app import create_app
-        from mas_orchestra.studio.security import TOKEN_ENV, ModelPolicy, StudioLimits, is_loopback_host
+        from mas_orchestra.studio.security import TOKEN_ENV, StudioLimits, is_loopback_host, studio_model_policy
     except ImportError as exc:
         missing = MissingExtraError("the studio web app", "studio", "uvicorn")
         error = exc if isinstance(exc, MissingExtraError) else missing
@@ -41,7 +41,7 @@ def _cmd_studio(args: argparse.Namespace) -> int:
         limits = StudioLimits(max_body_bytes=args.max_body_bytes, max_live_runs=args.max_live_runs,
                               max_streams=args.max_streams, max_run_timeout_s=args.max_run_timeout,
                               keep_finished=args.keep_finished)
-        models = ModelPolicy.with_extra(args.allow_model, allow_python_models=args.allow_python_models,
+        models = studio_model_policy(args.allow_model, allow_python_models=args.allow_python_models,
                                         allow_remote_vllm=args.allow_remote_vllm, allow_hf_paths=args.allow_hf_paths)
         app = create_app(args.runs, args.db, args.data, token=token, allowed_hosts=hosts, models=models,
                          limits=limits)

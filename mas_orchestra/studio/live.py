@@ -36,13 +36,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mas_orchestra.errors import MasOrchestraError, SpecError
+from mas_orchestra.models.policy import ModelNotAllowedError, ModelPolicy, keyless
 from mas_orchestra.runtime import Orchestra
 from mas_orchestra.runtime.threads import NO_RESUME
 from mas_orchestra.spec import GraphSpec, spec_from_data
 from mas_orchestra.studio.calls import CallCollector
 from mas_orchestra.studio.common import StudioInputError
 from mas_orchestra.studio.graph import graph_of
-from mas_orchestra.studio.security import ModelPolicy, StudioLimits
+from mas_orchestra.studio.security import StudioLimits, studio_model_policy
 
 __all__ = ["LiveRun", "LiveRuns", "RunRequest", "build_orchestra", "create_private_file"]
 
@@ -95,16 +96,6 @@ def create_private_file(path: Path) -> None:
         path.chmod(0o600)
 
 
-def _page_model(model: str, call_timeout: float | None) -> Any:
-    """A model string of a request as the Orchestra takes it: a ``vllm:`` URL came from the page, so its model
-    is built here without ``$VLLM_API_KEY`` (the key never goes to a server a web page chose)."""
-    if model.strip().lower().startswith("vllm:"):
-        from mas_orchestra.models.resolve import resolve_model
-
-        return resolve_model(model, timeout=call_timeout, api_key="EMPTY")
-    return model
-
-
 def build_orchestra(request: RunRequest, db: Path, *, policy: ModelPolicy, max_run_timeout_s: float) -> Orchestra:
     """The Orchestra of a request, within the server's model policy and time-out ceiling.
 
@@ -112,12 +103,14 @@ def build_orchestra(request: RunRequest, db: Path, *, policy: ModelPolicy, max_r
         StudioInputError: a model the policy refuses (403), or a model string or option the runtime refuses.
     """
     for role, model in (("orchestrator", request.orchestrator), ("sub-agent", request.subagent)):
-        policy.check(role, model)
+        try:
+            policy.check(role, model)
+        except ModelNotAllowedError as exc:
+            raise StudioInputError(str(exc), status=403) from None
     timeout = min(request.timeout or max_run_timeout_s, max_run_timeout_s)
     try:
         return Orchestra(
-            _page_model(request.orchestrator, request.call_timeout),
-            _page_model(request.subagent, request.call_timeout),
+            keyless(request.orchestrator, request.call_timeout), keyless(request.subagent, request.call_timeout),
             request.dom, agents=request.agents, checkpointer=str(db),
             interrupt_before_execute=request.approval, constrained=_CONSTRAINED[request.constrained],
             timeout=timeout, call_timeout=request.call_timeout, max_retries=request.retries,
@@ -180,7 +173,7 @@ class LiveRuns:
     def __init__(self, db: str | os.PathLike[str], *, allow_python_models: bool = False,
                  policy: ModelPolicy | None = None, limits: StudioLimits | None = None) -> None:
         self.db = Path(db).expanduser().resolve()
-        self.policy = policy or ModelPolicy.with_extra(allow_python_models=allow_python_models)
+        self.policy = policy or studio_model_policy(allow_python_models=allow_python_models)
         self.limits = limits or StudioLimits()
         self._runs: dict[str, LiveRun] = {}
         self._orchestras: dict[str, Orchestra] = {}

@@ -16,7 +16,8 @@ out other machines only; this module keeps out other web pages and other local u
   ``Content-Length``, or while it streams in).
 * **Page headers** — ``X-Frame-Options: DENY`` and a Content-Security-Policy that allows only the studio's own
   scripts, styles and connections, ``Referrer-Policy: no-referrer`` (the token URL never leaks).
-* **Models** — :class:`ModelPolicy` decides which model strings the page may ask for.
+* **Models** — :func:`studio_model_policy` (a :class:`~mas_orchestra.models.policy.ModelPolicy`) decides which
+  model strings the page may ask for.
 
 The guard wraps each route (:class:`Guarded`), not the whole app, so the same checks hold when the LangGraph
 server merges the studio's routes into its own (``langgraph dev``) without touching the LangGraph API's routes.
@@ -24,17 +25,15 @@ server merges the studio's routes into its own (``langgraph dev``) without touch
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import hmac
-import ipaddress
-import os
 import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from mas_orchestra.models.policy import ModelPolicy, is_loopback_host
 from mas_orchestra.studio.common import StudioInputError
 from mas_orchestra.studio.demo import DEMO_ORCHESTRATOR
 
@@ -52,6 +51,7 @@ __all__ = [
     "StudioLimits",
     "is_loopback_host",
     "new_token",
+    "studio_model_policy",
 ]
 
 #: The environment variable a token may be given in (``--token`` wins).
@@ -59,7 +59,7 @@ TOKEN_ENV = "MAS_STUDIO_TOKEN"
 #: Host names always served.
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 #: Model strings the page may always ask for: the local embedded model, scripted replies and the demo.
-DEFAULT_MODEL_PATTERNS = ("embedded", "scripted:*", DEMO_ORCHESTRATOR)
+DEFAULT_MODEL_PATTERNS = ("embedded", "scripted:*", DEMO_ORCHESTRATOR)  # the first two: BASE_MODEL_PATTERNS
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 #: What the page may load: its own files only (no inline script, no framing, no foreign connection).
@@ -80,17 +80,6 @@ SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
 def new_token() -> str:
     """A random token (192 bits, URL-safe)."""
     return secrets.token_urlsafe(24)
-
-
-def is_loopback_host(host: str) -> bool:
-    """Whether ``host`` (a name or an address, IPv6 with or without brackets) is this machine's loopback."""
-    name = host.strip().strip("[]").lower()
-    if name in LOOPBACK_HOSTS:
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 def _host_name(value: str) -> str:
@@ -128,74 +117,11 @@ class StudioLimits:
             raise StudioInputError(f"studio limit max_run_timeout_s must be > 0, got {self.max_run_timeout_s}")
 
 
-@dataclass(frozen=True)
-class ModelPolicy:
-    """Which model strings a request may name (the page's form is untrusted input).
-
-    A string is accepted when it matches one of ``patterns`` (``fnmatch`` style, case-sensitive) and, for the
-    forms that reach outside the process, the flag that consents to it is on: ``python:`` imports code
-    (``allow_python_models``), ``vllm:<model>@<url>`` with a URL off this machine sends prompts there
-    (``allow_remote_vllm``), ``hf:<path>`` loads a model directory from a path (``allow_hf_paths``). The demo
-    orchestrator is always accepted. A ``vllm:`` URL comes from the request, so it is never sent an API key.
-
-    Attributes:
-        patterns: accepted model strings (``--allow-model``); by default :data:`DEFAULT_MODEL_PATTERNS` and
-            the models of ``$MAS_ORCHESTRATOR`` / ``$MAS_SUBAGENT`` when set.
-        allow_python_models: accept ``python:<module>:<attr>`` (``--allow-python-models``).
-        allow_remote_vllm: accept ``vllm:`` URLs off loopback (``--allow-remote-vllm``).
-        allow_hf_paths: accept ``hf:<path>`` (``--allow-hf-paths``).
-    """
-
-    patterns: tuple[str, ...] = field(default_factory=lambda: ModelPolicy.default_patterns())
-    allow_python_models: bool = False
-    allow_remote_vllm: bool = False
-    allow_hf_paths: bool = False
-
-    @staticmethod
-    def default_patterns() -> tuple[str, ...]:
-        """:data:`DEFAULT_MODEL_PATTERNS` plus the server's own default models from the environment."""
-        own = [os.environ.get(name, "").strip() for name in ("MAS_ORCHESTRATOR", "MAS_SUBAGENT")]
-        return tuple(dict.fromkeys([*DEFAULT_MODEL_PATTERNS, *(m for m in own if m)]))
-
-    @classmethod
-    def with_extra(cls, extra: Iterable[str] = (), **flags: bool) -> ModelPolicy:
-        """The default patterns plus ``extra`` (the ``--allow-model`` patterns) and the given flags."""
-        return cls(patterns=tuple(dict.fromkeys([*cls.default_patterns(), *extra])), **flags)
-
-    def check(self, role: str, model: str) -> None:
-        """Accept ``model`` for ``role`` or raise.
-
-        Raises:
-            StudioInputError: (HTTP 403) naming the model and the flag that would allow it.
-        """
-        text = model.strip()
-        prefix = text.partition(":")[0].lower()
-        if text == DEMO_ORCHESTRATOR:
-            return
-        if prefix == "python":
-            if not self.allow_python_models:
-                raise StudioInputError(
-                    f"{role} model {model!r}: python: model strings import code, so the studio accepts them only "
-                    f"when started with --allow-python-models (the demo {DEMO_ORCHESTRATOR} is always accepted)",
-                    status=403)
-            return
-        if not any(fnmatch.fnmatchcase(text, pattern) for pattern in self.patterns):
-            raise StudioInputError(
-                f"{role} model {model!r} is not allowed by this studio (it accepts {', '.join(self.patterns)}); "
-                f"start it with --allow-model '{model}' (or a pattern such as '{prefix}:*') to allow it",
-                status=403)
-        if prefix == "hf" and not self.allow_hf_paths:
-            raise StudioInputError(
-                f"{role} model {model!r}: hf: loads a model from a path on this machine; start the studio with "
-                "--allow-hf-paths to let the page name one", status=403)
-        if prefix == "vllm":
-            url = text.rpartition("@")[2]
-            host = urlsplit(url if "//" in url else f"http://{url}").hostname or ""
-            if not is_loopback_host(host) and not self.allow_remote_vllm:
-                raise StudioInputError(
-                    f"{role} model {model!r}: the vLLM server {host or url!r} is not on this machine; the page "
-                    "would send your prompts there; start the studio with --allow-remote-vllm to allow it",
-                    status=403)
+def studio_model_policy(extra: Iterable[str] = (), **options: Any) -> ModelPolicy:
+    """The studio's :class:`ModelPolicy`: :data:`DEFAULT_MODEL_PATTERNS`, the server's own default models
+    (``$MAS_ORCHESTRATOR``, ``$MAS_SUBAGENT``) and ``extra`` (``--allow-model``), with the flags in ``options``
+    (``allow_python_models``, ``allow_remote_vllm``, ``allow_hf_paths``)."""
+    return ModelPolicy.with_extra([DEMO_ORCHESTRATOR, *extra], **options)
 
 
 class BodyTooLargeError(StudioInputError):
