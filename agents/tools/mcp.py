@@ -233,7 +233,7 @@ async def mcp_run_sessions() -> AsyncIterator[McpSessions]:
         await asyncio.shield(sessions.aclose())
 
 
-def _run_session_interceptor(name: str, connection: Mapping[str, Any]) -> Callable[..., Awaitable[Any]]:
+def _run_session_interceptor(name: str, connection: Mapping[str, Any]) -> Any:
     """The adapters' tool-call hook of one server: inside a run, its stdio calls go to the run's session."""
     key = f"{name}:{json.dumps(connection, sort_keys=True, default=str)}"
 
