@@ -111,6 +111,8 @@ def test_a_hundred_concurrent_starts_hold_the_cap_and_every_accepted_run_finishe
     cap = StudioLimits().max_live_runs
     assert 1 <= result["accepted"] <= cap and result["codes"].get(429) == 100 - result["accepted"]
     assert result["finished"] == result["accepted"]
+    with studio.client() as c:  # every slot was given back
+        assert c.get("/api/config").json()["load"]["executing"] == 0
     print(f"100 starts: {result}")
 
 
@@ -122,6 +124,10 @@ def test_two_hundred_event_stream_clients_are_bounded(studio, finished_thread):
     assert result["rss_open_kib"] - result["rss_before_kib"] < 64 * 1024  # no per-client growth without bound
     print(f"200 streams: {result}")
     with studio.client() as c:  # the slots come back when the clients leave
+        deadline = time.monotonic() + 10
+        while c.get("/api/config").json()["load"]["streams"] != 0:
+            assert time.monotonic() < deadline, c.get("/api/config").json()["load"]
+            time.sleep(0.05)
         assert c.get(f"/api/runs/{finished_thread}/events", params={"follow": "0"}).status_code == 200
 
 

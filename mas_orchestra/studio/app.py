@@ -133,6 +133,7 @@ class Studio:
             "limits": {"max_body_bytes": self.limits.max_body_bytes, "max_live_runs": self.limits.max_live_runs,
                        "max_streams": self.limits.max_streams, "max_run_timeout_s": self.limits.max_run_timeout_s,
                        "keep_finished": self.limits.keep_finished},
+            "load": {"executing": self.live.executing, "streams": self.streams, "in_memory": self.live.in_memory},
         })
 
     async def samples_route(self, request: Request) -> Response:
@@ -175,17 +176,13 @@ class Studio:
         if self.streams >= self.limits.max_streams:
             raise StudioInputError(f"{self.streams} event streams are open, this studio's limit (--max-streams "
                                    f"{self.limits.max_streams}); close a tab", status=429)
-        self.streams += 1  # taken here, given back when the stream ends (or never starts)
+        self.streams += 1  # taken here, given back when the response ends, however it ends
         watch = live.watch(after if after is not None else -1, follow=follow, keepalive=_KEEPALIVE_S)
-        return StreamingResponse(self._counted(_sse(watch)), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return _CountedStream(_sse(watch), self._stream_ended, media_type="text/event-stream",
+                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-    async def _counted(self, stream: AsyncIterator[str]) -> AsyncIterator[str]:
-        try:
-            async for chunk in stream:
-                yield chunk
-        finally:
-            self.streams -= 1
+    def _stream_ended(self) -> None:
+        self.streams -= 1
 
     async def resume(self, request: Request) -> Response:
         body = await _body(request)
@@ -219,6 +216,21 @@ class Studio:
 
     async def curve(self, request: Request) -> Response:
         return _json(await asyncio.to_thread(self.folder(request).curve))
+
+
+class _CountedStream(StreamingResponse):
+    """A streaming response that calls ``release`` when it is over: sent, failed, or cut by a client that left
+    before its first byte (when the body iterator never starts, its own ``finally`` would never run)."""
+
+    def __init__(self, content: AsyncIterator[str], release: Any, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._release = release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
 
 
 async def _sse(events: AsyncIterator[dict[str, Any] | None]) -> AsyncIterator[str]:
