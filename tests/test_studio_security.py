@@ -219,3 +219,22 @@ def test_the_cli_flags_default_to_the_documented_limits():
         limits.max_body_bytes, limits.max_live_runs, limits.max_streams, limits.max_run_timeout_s,
         limits.keep_finished)
     assert args.token is None and args.allow_model == [] and not args.allow_remote_vllm
+
+
+def test_host_names_and_a_chunked_body_over_the_limit(tmp_path):
+    from mas_orchestra.studio.security import AccessPolicy
+
+    policy = AccessPolicy("x" * 16, frozenset({"studio.lan"}))
+    for host in ("127.0.0.1:8123", "localhost", "LOCALHOST:1", "[::1]:8123", "studio.lan:8123", "127.0.0.2"):
+        assert policy.host_allowed(host), host
+    for host in ("attacker.example:8123", "127.0.0.1.attacker.example", "", None, "[::2]:8123", "studio.lan.evil"):
+        assert not policy.host_allowed(host), host
+    app = create_app([], tmp_path / "s.sqlite", limits=StudioLimits(max_body_bytes=1024))
+    with studio_client(app) as c:
+        def chunks():  # no Content-Length: the limit is counted while the body streams in
+            for _ in range(64):
+                yield b" " * 1024
+
+        response = c.post("/api/runs", content=chunks(), headers={"Content-Type": "application/json"})
+        assert response.status_code == 413 and "--max-body-bytes" in response.json()["error"]
+        assert c.get("/api/runs").json() == []

@@ -68,6 +68,8 @@ def _json(data: Any, status: int = 200) -> JSONResponse:
 async def _body(request: Request) -> Any:
     try:
         return await request.json()
+    except StudioInputError:  # the body limit (413), raised while the body streams in
+        raise
     except (ValueError, UnicodeDecodeError):
         raise StudioInputError("the request body must be JSON") from None
 
