@@ -16,6 +16,7 @@ import pytest
 
 pytest.importorskip("starlette", reason="needs the studio extra: pip install 'mas-orchestra[studio]'")
 pytest.importorskip("uvicorn", reason="needs the studio extra: pip install 'mas-orchestra[studio]'")
+pytest.importorskip("httpx", reason="needs httpx (the dev extra)")
 
 from mas_orchestra.models.policy import ModelNotAllowedError, ModelPolicy
 from mas_orchestra.studio.app import create_app
