@@ -205,3 +205,15 @@ async def test_a_cancelled_run_leaves_no_server_process_and_a_crash_restarts_the
         after = _pid_of(await calc_tools["pid"].ainvoke({}))
         assert after != before and sessions.started == 2
     assert not _alive(after)
+
+
+def test_an_orchestra_run_shares_one_server_process_among_its_calls_and_stops_it():
+    import re
+
+    sub = ScriptedChatModel(replies=[call("pid"), call("pid"), cot_reply("done")])
+    orchestra = Orchestra(ScriptedChatModel(replies=[spec(["pid"])]), sub, mcp=STDIO, call_timeout=30)
+    outcome = orchestra.run("Which process answers?")
+    assert outcome.status is Status.OK and outcome.usage.tool_calls == 2, outcome.error
+    pids = re.findall(r"Result of pid:\n(\d+)", sub.prompts[-1])
+    assert len(pids) == 2 and pids[0] == pids[1]  # the run's second call reused the first call's server
+    assert not _alive(int(pids[0]))  # and the run's end stopped it
