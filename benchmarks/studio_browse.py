@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import random
+import secrets
 import signal
 import socket
 import subprocess
@@ -66,9 +67,14 @@ def _rss_mb(pid: int) -> dict[str, float]:
     return fields
 
 
+#: The studio's token for this benchmark's server (given with $MAS_STUDIO_TOKEN; every API request carries it).
+TOKEN = secrets.token_urlsafe(24)
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
 def _get(url: str, data: Any = None) -> tuple[float, Any]:
     body = json.dumps(data).encode() if data is not None else None
-    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json", **AUTH})
     started = time.perf_counter()
     with urllib.request.urlopen(request, timeout=120) as response:
         raw = response.read()
@@ -127,12 +133,13 @@ def measure(rows: int) -> dict[str, Any]:
             [sys.executable, "-m", "mas_orchestra", "studio", "--port", str(port), "--runs", str(run),
              "--db", str(Path(tmp) / "studio.sqlite")],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+            env={**os.environ, "MAS_STUDIO_TOKEN": TOKEN},
         )
         try:
             while True:
                 try:
                     _get(f"{base}/api/config")
-                    urllib.request.urlopen(f"{base}/", timeout=5).read()
+                    urllib.request.urlopen(urllib.request.Request(f"{base}/", headers=AUTH), timeout=5).read()
                     break
                 except OSError:
                     if server.poll() is not None:
@@ -165,7 +172,8 @@ def measure(rows: int) -> dict[str, Any]:
                 "question": "What is 2 + 3?", "orchestrator": "python:mas_orchestra.studio.demo:orchestrator",
                 "subagent": "scripted:5"})
             while True:
-                with urllib.request.urlopen(f"{base}/api/runs/{created['thread_id']}/events?follow=0") as response:
+                events = urllib.request.Request(f"{base}/api/runs/{created['thread_id']}/events?follow=0", headers=AUTH)
+                with urllib.request.urlopen(events) as response:
                     if b'"type": "spec"' in response.read():
                         break
                 time.sleep(0.01)

@@ -14,6 +14,12 @@ setup from ``config["configurable"]``, falling back to environment variables:
 ``MAS_SEARCH`` (e.g. ``bm25:corpus.jsonl``) enables search nodes and ``MAS_MCP`` (an ``{"mcpServers": …}``
 JSON file) offers its servers' tools to tool agents; both are read from the environment only, and so are
 ``python:`` model strings: a client of a served graph may pick models, not import code.
+
+A model string from a run's config must also pass the server's :class:`~mas_orchestra.models.policy.ModelPolicy`
+(:func:`served_model_policy`): ``embedded``, ``scripted:*``, the server's own ``$MAS_ORCHESTRATOR`` /
+``$MAS_SUBAGENT`` and the comma-separated patterns of ``$MAS_SERVED_MODELS`` (e.g. ``openai:*``); ``hf:`` paths
+need ``MAS_SERVED_ALLOW_HF_PATHS=1`` and ``vllm:`` URLs off this machine ``MAS_SERVED_ALLOW_REMOTE_VLLM=1``. A
+``vllm:`` model from a config never gets ``$VLLM_API_KEY`` (its URL came from the client).
 """
 
 from __future__ import annotations
@@ -27,11 +33,12 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
 from agents.search import make_backend
+from mas_orchestra.models.policy import ModelPolicy, keyless
 from mas_orchestra.runtime import Orchestra
 from mas_orchestra.runtime.pipeline import PipelineState, build_pipeline
 from mas_orchestra.settings import RunSettings
 
-__all__ = ["EndToEndState", "build_graph", "graph", "model_from_config", "orchestra_from_config"]
+__all__ = ["EndToEndState", "build_graph", "graph", "model_from_config", "orchestra_from_config", "served_model_policy"]
 
 EndToEndState = PipelineState  # the state the served graph returns (kept under its former name)
 
@@ -45,8 +52,24 @@ def _configurable(config: RunnableConfig | None) -> Mapping[str, Any]:
     return (config or {}).get("configurable") or {}
 
 
+def served_model_policy() -> ModelPolicy:
+    """The models a run's config may name (see the module docstring), read from the environment now."""
+    extra = [p.strip() for p in os.environ.get("MAS_SERVED_MODELS", "").split(",") if p.strip()]
+    return ModelPolicy.with_extra(
+        extra, allow_hf_paths=os.environ.get("MAS_SERVED_ALLOW_HF_PATHS", "").lower() in _TRUE,
+        allow_remote_vllm=os.environ.get("MAS_SERVED_ALLOW_REMOTE_VLLM", "").lower() in _TRUE,
+        hints={"pattern": "MAS_SERVED_MODELS='{model}' (or a pattern such as '{prefix}:*') in the server's environment",
+               "python": "a server-side $MAS_ORCHESTRATOR / $MAS_SUBAGENT", "vllm": "MAS_SERVED_ALLOW_REMOTE_VLLM=1",
+               "hf": "MAS_SERVED_ALLOW_HF_PATHS=1"})
+
+
 def model_from_config(config: RunnableConfig | None, key: str, env: str) -> str:
-    """The model string a run asked for under ``configurable[key]``, else ``$env``, else ``embedded``."""
+    """The model string a run asked for under ``configurable[key]``, else ``$env``, else ``embedded``.
+
+    Raises:
+        ValueError: a config value that is not a model string, a ``python:`` one, or one the server's
+            :func:`served_model_policy` refuses (:class:`~mas_orchestra.models.policy.ModelNotAllowedError`).
+    """
     value = _configurable(config).get(key)
     if value is None:
         return os.environ.get(env, "embedded")
@@ -57,6 +80,7 @@ def model_from_config(config: RunnableConfig | None, key: str, env: str) -> str:
             f"configurable {key!r}: 'python:' model strings are not accepted from a run's config (they import "
             f"code); set {env} in the server's environment instead"
         )
+    served_model_policy().check(f"configurable {key!r}", value)
     return value.strip()
 
 
@@ -92,7 +116,11 @@ def orchestra_from_config(config: RunnableConfig | None) -> Orchestra:
             settings = RunSettings(**options)
             search = make_backend(os.environ["MAS_SEARCH"]) if os.environ.get("MAS_SEARCH") else None
             mcp = os.environ.get("MAS_MCP") or None  # an MCP servers file: from the environment only, never config
-            _cache[key] = Orchestra(orchestrator, subagent, dom=dom, search=search, settings=settings, mcp=mcp)
+            # A vllm: URL from the run's config gets no API key; the server's own (from its environment) does.
+            conf = _configurable(config)
+            models = [keyless(m, settings.call_timeout) if conf.get(name) is not None else m
+                      for name, m in (("orchestrator", orchestrator), ("subagent", subagent))]
+            _cache[key] = Orchestra(*models, dom=dom, search=search, settings=settings, mcp=mcp)
         return _cache[key]
 
 

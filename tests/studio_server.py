@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["DEMO", "events_so_far", "free_port", "serve", "wait_state"]
+__all__ = ["DEMO", "auth", "events_so_far", "free_port", "serve", "studio_client", "wait_state"]
 
 DEMO = "python:mas_orchestra.studio.demo:orchestrator"
 
@@ -19,6 +19,18 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def auth(app: Any) -> dict[str, str]:
+    """The header that carries a studio app's token."""
+    return {"Authorization": f"Bearer {app.state.token}"}
+
+
+def studio_client(app: Any) -> Any:
+    """A Starlette TestClient of a studio app as its owner's scripts call it: a local Host and the token."""
+    from starlette.testclient import TestClient
+
+    return TestClient(app, base_url="http://127.0.0.1", headers=auth(app))
 
 
 @contextlib.contextmanager

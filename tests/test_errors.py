@@ -60,6 +60,8 @@ BUILTIN_BASE: dict[str, type[BaseException]] = {
     "mas_orchestra.models.packed_weights.DecodeWeightsError": ValueError,
     "mas_orchestra.studio.common.StudioInputError": ValueError,
     "mas_orchestra.studio.common.RunFolderError": ValueError,
+    "mas_orchestra.studio.security.BodyTooLargeError": ValueError,
+    "mas_orchestra.models.policy.ModelNotAllowedError": ValueError,
     "mas_orchestra.prompt_templates.PromptTemplateError": ValueError,
 }
 

@@ -34,6 +34,7 @@ pytestmark = pytest.mark.server
 REPO = Path(__file__).resolve().parents[1]
 READY_WITHIN_S = 120.0
 RUN_TIMEOUT_S = 60.0
+STUDIO_TOKEN = "served-studio-token-for-tests"
 
 
 class Served:
@@ -65,6 +66,8 @@ def start_langgraph_dev(workdir: Path, config: Path = REPO / "langgraph.json",
         "MAS_ORCHESTRATOR": "python:tests.served_models:orchestrator",
         "MAS_SUBAGENT": "scripted:from-the-server-environment",  # runs override it per run
         "MAS_STUDIO_DB": str(workdir / "studio.sqlite"),  # the studio (http.app) keeps its threads here
+        "MAS_STUDIO_TOKEN": STUDIO_TOKEN,  # the mounted studio needs it as the standalone one does
+        "MAS_SERVED_MODELS": "vllm:*",  # runs choose the local echo server (a loopback vllm: URL) per run
         **(extra_env or {}),
     })
     log = workdir / f"langgraph-dev-{port}.log"
@@ -180,22 +183,47 @@ async def test_python_model_strings_are_refused_from_a_runs_config(client):
     config = {"configurable": {"subagent": "python:os:getcwd"}}
     with pytest.raises(Exception, match="'python:' model strings are not accepted"):  # the SDK re-raises the run's error
         await client.runs.wait(thread["thread_id"], "cot", input={"question": "q"}, config=config)
+    # A model the server's MAS_SERVED_MODELS does not name (it would spend the server's key) is refused too.
+    thread = await client.threads.create()
+    with pytest.raises(Exception, match="MAS_SERVED_MODELS"):
+        await client.runs.wait(thread["thread_id"], "cot", input={"question": "q"},
+                               config={"configurable": {"subagent": "openai:gpt-4o-mini"}})
 
 
 def test_langgraph_dev_serves_the_studio_next_to_the_graphs(served):
     """``http.app`` in langgraph.json: the studio's page and API on the LangGraph server, a live run included."""
     import json
 
-    with urllib.request.urlopen(f"{served.url}/", timeout=10) as page:
+    auth = {"Authorization": f"Bearer {STUDIO_TOKEN}"}
+    # Protected as the standalone studio is: no token, a foreign Host or a foreign Origin is refused.
+    for url, headers in ((f"{served.url}/api/runs", {}), (f"{served.url}/api/runs", {"Host": "attacker.example"}),
+                         (f"{served.url}/", {})):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10)
+        assert refused.value.code in (401, 403)
+    with urllib.request.urlopen(urllib.request.Request(f"{served.url}/", headers=auth), timeout=10) as page:
         assert "<title>mas-orchestra studio</title>" in page.read().decode()
+        assert page.headers["X-Frame-Options"] == "DENY"
+    # langgraph.json lets only LangSmith's Studio read the server cross-origin (LangGraph's default is every origin).
+    preflight = urllib.request.Request(f"{served.url}/threads/search", method="OPTIONS", headers={
+        "Origin": "https://attacker.example", "Access-Control-Request-Method": "POST"})
+    with pytest.raises(urllib.error.HTTPError) as disallowed:  # Starlette answers a foreign preflight 400
+        urllib.request.urlopen(preflight, timeout=10)
+    assert disallowed.value.headers.get("Access-Control-Allow-Origin") is None
+    studio_origin = urllib.request.Request(f"{served.url}/threads/search", method="OPTIONS", headers={
+        "Origin": "https://smith.langchain.com", "Access-Control-Request-Method": "POST"})
+    with urllib.request.urlopen(studio_origin, timeout=10) as answer:
+        assert answer.headers["Access-Control-Allow-Origin"] == "https://smith.langchain.com"
     body = json.dumps({"question": "What is 2 + 3?", "orchestrator": "python:mas_orchestra.studio.demo:orchestrator",
                        "subagent": "scripted:5", "expected": "5"}).encode()
-    request = urllib.request.Request(f"{served.url}/api/runs", data=body, headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(f"{served.url}/api/runs", data=body,
+                                     headers={"Content-Type": "application/json", **auth})
     with urllib.request.urlopen(request, timeout=30) as response:
         thread = json.loads(response.read())["thread_id"]
     deadline = time.monotonic() + 60
     while True:
-        with urllib.request.urlopen(f"{served.url}/api/runs/{thread}/events?follow=0", timeout=30) as response:
+        events_url = urllib.request.Request(f"{served.url}/api/runs/{thread}/events?follow=0", headers=auth)
+        with urllib.request.urlopen(events_url, timeout=30) as response:
             events = [json.loads(x[5:]) for x in response.read().decode().splitlines() if x.startswith("data:")]
         outcomes = [e for e in events if e["type"] == "outcome"]
         errors = [e["message"] for e in events if e["type"] == "error"]

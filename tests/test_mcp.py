@@ -142,3 +142,78 @@ def test_the_served_graph_reads_mcp_servers_from_the_environment_only(tmp_path, 
     config = {"configurable": {"orchestrator": "scripted:1", "subagent": "scripted:1", "mcp": "ignored.json"}}
     orchestra = end_to_end.orchestra_from_config(config)
     assert "tools" in orchestra.registry and "calculate" in {t.name for t in orchestra.tools}
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, exited but not yet reaped, counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def _text(result: object) -> str:
+    """A tool's answer as text (the adapters give a string or a list of content blocks)."""
+    if isinstance(result, str):
+        return result
+    assert isinstance(result, list)
+    return "".join(block["text"] for block in result if block.get("type") == "text")
+
+
+def _pid_of(result: object) -> int:
+    return int(_text(result))
+
+
+async def test_a_run_keeps_one_session_per_stdio_server_and_stops_it_at_the_end(calc_tools):
+    from agents.tools.mcp import mcp_run_sessions
+
+    async with mcp_run_sessions() as sessions:
+        first = _pid_of(await calc_tools["pid"].ainvoke({}))
+        assert _pid_of(await calc_tools["pid"].ainvoke({})) == first  # the same process answered both
+        assert _text(await calc_tools["add"].ainvoke({"a": 2, "b": 3})) == "5.0"
+        assert sessions.started == 1 and _alive(first)
+    assert not _alive(first)  # the run's end stopped the server
+    outside = _pid_of(await calc_tools["pid"].ainvoke({}))  # outside a run: a session (process) per call
+    assert outside != first and not _alive(outside)
+
+
+async def test_a_cancelled_run_leaves_no_server_process_and_a_crash_restarts_the_server(calc_tools):
+    import asyncio
+
+    from agents.tools.mcp import mcp_run_sessions
+
+    seen: list[int] = []
+
+    async def run() -> None:
+        async with mcp_run_sessions():
+            seen.append(_pid_of(await calc_tools["pid"].ainvoke({})))
+            await calc_tools["hang"].ainvoke({"seconds": 3600})
+
+    task = asyncio.create_task(run())
+    while not seen:
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.3)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not _alive(seen[0])
+    async with mcp_run_sessions() as sessions:
+        before = _pid_of(await calc_tools["pid"].ainvoke({}))
+        with pytest.raises(Exception):  # noqa: B017 - whatever the transport raises when the process dies
+            await calc_tools["crash"].ainvoke({})
+        after = _pid_of(await calc_tools["pid"].ainvoke({}))
+        assert after != before and sessions.started == 2
+    assert not _alive(after)
+
+
+def test_an_orchestra_run_shares_one_server_process_among_its_calls_and_stops_it():
+    import re
+
+    sub = ScriptedChatModel(replies=[call("pid"), call("pid"), cot_reply("done")])
+    orchestra = Orchestra(ScriptedChatModel(replies=[spec(["pid"])]), sub, mcp=STDIO, call_timeout=30)
+    outcome = orchestra.run("Which process answers?")
+    assert outcome.status is Status.OK and outcome.usage.tool_calls == 2, outcome.error
+    pids = re.findall(r"Result of pid:\n(\d+)", sub.prompts[-1])
+    assert len(pids) == 2 and pids[0] == pids[1]  # the run's second call reused the first call's server
+    assert not _alive(int(pids[0]))  # and the run's end stopped it

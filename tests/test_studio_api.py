@@ -16,13 +16,11 @@ import pytest
 pytest.importorskip("starlette", reason="needs the studio extra: pip install 'mas-orchestra[studio]'")
 httpx = pytest.importorskip("httpx")
 
-from starlette.testclient import TestClient  # noqa: E402
-
 from mas_orchestra.studio.app import create_app  # noqa: E402
 from mas_orchestra.studio.common import RunFolderError  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
 from tests.studio_fixtures import make_eval_folder, make_training_folder  # noqa: E402
-from tests.studio_server import DEMO, events_so_far, serve, wait_state  # noqa: E402
+from tests.studio_server import DEMO, auth, events_so_far, serve, studio_client, wait_state  # noqa: E402
 
 CHAIN = "python:tests.studio_models:chain_orchestrator"
 
@@ -39,7 +37,7 @@ def folders(tmp_path_factory):
 @pytest.fixture
 def client(tmp_path, folders):
     app = create_app([folders], tmp_path / "studio.sqlite", allow_python_models=True)
-    with TestClient(app) as c:
+    with studio_client(app) as c:
         yield c
 
 
@@ -99,11 +97,17 @@ def test_a_wrong_answer_is_a_mismatch(client):
     assert outcome["status"] == "ok" and outcome["match"] is False
 
 
-def test_an_unknown_model_string_is_refused_before_any_thread_exists(client):
+def test_an_unknown_model_string_is_refused_before_any_thread_exists(client, tmp_path):
     response = client.post("/api/runs", json={"question": "q", "orchestrator": "gpt-9000", "subagent": "scripted:1"})
-    assert response.status_code == 400
-    assert "unknown model 'gpt-9000'" in response.json()["error"] and "scripted:<answer>" in response.json()["error"]
+    assert response.status_code == 403  # not among the models this studio allows
+    assert "--allow-model 'gpt-9000'" in response.json()["error"]
     assert client.get("/api/runs").json() == []
+    from mas_orchestra.studio.security import studio_model_policy
+
+    with studio_client(create_app([], tmp_path / "any.sqlite", models=studio_model_policy(["*"]))) as c:
+        response = c.post("/api/runs", json={"question": "q", "orchestrator": "gpt-9000", "subagent": "scripted:1"})
+        assert response.status_code == 400  # allowed by the pattern, unknown to the runtime
+        assert "unknown model 'gpt-9000'" in response.json()["error"] and "scripted:<answer>" in response.json()["error"]
 
 
 def test_the_agents_offered_and_the_dom_reach_the_run(client):
@@ -122,9 +126,9 @@ def test_the_agents_offered_and_the_dom_reach_the_run(client):
 
 
 def test_python_model_strings_need_the_flag_except_the_demo(tmp_path):
-    with TestClient(create_app([], tmp_path / "s.sqlite")) as c:
+    with studio_client(create_app([], tmp_path / "s.sqlite")) as c:
         refused = c.post("/api/runs", json={"question": "q", "orchestrator": CHAIN, "subagent": "scripted:1"})
-        assert refused.status_code == 400 and "--allow-python-models" in refused.json()["error"]
+        assert refused.status_code == 403 and "--allow-python-models" in refused.json()["error"]
         assert c.post("/api/runs", json={"question": "q", "orchestrator": DEMO, "subagent": "scripted:1"}).status_code == 201
 
 
@@ -134,7 +138,8 @@ def test_a_bad_run_request_lists_every_problem(client):
     problems = " | ".join(response.json()["problems"])
     for field in ("question", "dom", "timeout", "colour"):
         assert field in problems
-    assert client.post("/api/runs", content=b"not json").status_code == 400
+    assert client.post("/api/runs", content=b"not json", headers={"Content-Type": "application/json"}).status_code == 400
+    assert client.post("/api/runs", content=b"not json").status_code == 415  # JSON bodies only
 
 
 def test_approval_stops_the_plan_then_edits_are_validated_in_place_and_the_edited_plan_runs(client):
@@ -179,13 +184,17 @@ def test_reject_ends_the_thread_without_running_anything(client):
 
 def test_a_server_restart_resumes_the_thread_from_the_file(tmp_path):
     db = tmp_path / "studio.sqlite"
-    with TestClient(create_app([], db)) as first:
+    with studio_client(create_app([], db)) as first:
         waiting = _start(first, approval=True)
         done = _start(first, question="What is 1 + 1?")
         wait_state(first, waiting, ("waiting",))
         wait_state(first, done, ("finished",))
-    with TestClient(create_app([], db)) as second:  # a new server on the same file
+    with studio_client(create_app([], db)) as second:  # a new server on the same file
         assert {t["thread_id"] for t in second.get("/api/runs").json()} == {waiting, done}
+        assert second.get(f"/api/runs/{done}").json()["state"] == "stored"  # reading starts nothing
+        assert second.get(f"/api/runs/{done}/events").status_code == 409  # ... and says to open it
+        for thread in (done, waiting):
+            assert second.post(f"/api/runs/{thread}/open", json={}).status_code == 200
         wait_state(second, done, ("finished",))
         restored = events_so_far(second, done)
         assert restored[0]["type"] == "restored" and _outcomes(restored)[0]["status"] == "ok"
@@ -194,7 +203,7 @@ def test_a_server_restart_resumes_the_thread_from_the_file(tmp_path):
         assert second.post(f"/api/runs/{waiting}/resume", json={"action": "approve"}).status_code == 200
         wait_state(second, waiting, ("finished",))
         assert _outcomes(events_so_far(second, waiting))[-1]["status"] == "ok"
-    with TestClient(create_app([], db)) as third:
+    with studio_client(create_app([], db)) as third:
         assert third.get("/api/runs/studio-nosuchthread").status_code == 404
         assert third.get("/api/runs/..%2F..%2Fetc").status_code == 404
 
@@ -202,14 +211,15 @@ def test_a_server_restart_resumes_the_thread_from_the_file(tmp_path):
 def test_a_run_cut_off_by_a_server_stop_goes_on_from_its_checkpoint_after_the_restart(tmp_path):
     db = tmp_path / "studio.sqlite"
     slow = "python:tests.studio_models:slow_subagent"
-    with TestClient(create_app([], db, allow_python_models=True)) as first:
+    with studio_client(create_app([], db, allow_python_models=True)) as first:
         thread = _start(first, orchestrator=CHAIN, subagent=slow)
         deadline = time.monotonic() + 30
         while not any(e["type"] == "node_end" for e in events_so_far(first, thread)):
             assert time.monotonic() < deadline
             time.sleep(0.05)
         assert first.get(f"/api/runs/{thread}").json()["state"] == "running"  # stopped while SECOND runs
-    with TestClient(create_app([], db, allow_python_models=True)) as second:
+    with studio_client(create_app([], db, allow_python_models=True)) as second:
+        assert second.post(f"/api/runs/{thread}/open", json={}).status_code == 200
         wait_state(second, thread, ("finished",), timeout=30)
         events = events_so_far(second, thread)
         assert _outcomes(events)[-1]["status"] == "ok" and set(_outcomes(events)[-1]["node_results"]) == {"FIRST", "SECOND"}
@@ -233,8 +243,8 @@ def test_a_hanging_sub_agent_shows_running_then_its_time_out(client):
     assert any(e["type"] == "call" and e["node"] == "FIRST" and "Timeout" in (e.get("error") or "") for e in events)
 
 
-def _read_stream(base, thread, into, stop_after=None):
-    with httpx.stream("GET", f"{base}/api/runs/{thread}/events", timeout=60) as response:
+def _read_stream(base, thread, into, stop_after=None, headers=None):
+    with httpx.stream("GET", f"{base}/api/runs/{thread}/events", timeout=60, headers=headers) as response:
         for line in response.iter_lines():
             if not line.startswith("data:"):
                 continue
@@ -248,15 +258,16 @@ def test_two_tabs_on_one_thread_both_see_every_event_and_a_disconnect_does_not_s
     app = create_app([], tmp_path / "studio.sqlite", allow_python_models=True)
     with serve(app) as base:
         body = {"question": "q", "orchestrator": CHAIN, "subagent": "python:tests.studio_models:slow_subagent"}
-        thread = httpx.post(f"{base}/api/runs", json=body).json()["thread_id"]
+        thread = httpx.post(f"{base}/api/runs", json=body, headers=auth(app)).json()["thread_id"]
         tab_a, tab_b, leaver = [], [], []
 
         def finished(e):
             return e["type"] == "state" and e["state"] == "finished"
 
-        readers = [threading.Thread(target=_read_stream, args=(base, thread, tab, finished)) for tab in (tab_a, tab_b)]
+        readers = [threading.Thread(target=_read_stream, args=(base, thread, tab, finished, auth(app)))
+                   for tab in (tab_a, tab_b)]
         readers.append(threading.Thread(
-            target=_read_stream, args=(base, thread, leaver, lambda e: e["type"] == "node_start")))
+            target=_read_stream, args=(base, thread, leaver, lambda e: e["type"] == "node_start", auth(app))))
         for reader in readers:
             reader.start()
         for reader in readers:
@@ -265,11 +276,11 @@ def test_two_tabs_on_one_thread_both_see_every_event_and_a_disconnect_does_not_s
         assert [e["seq"] for e in tab_a] == [e["seq"] for e in tab_b] == list(range(len(tab_a)))
         assert _outcomes(tab_a)[0]["status"] == "ok" and _outcomes(tab_a)[0]["answer"] == "7"
         # A tab coming back later (a reload) replays the whole run.
-        replay = events_so_far(httpx.Client(base_url=base), thread)
+        replay = events_so_far(httpx.Client(base_url=base, headers=auth(app)), thread)
         assert [e["seq"] for e in replay] == [e["seq"] for e in tab_a]
         # Reconnecting with Last-Event-ID continues after what the tab had.
         response = httpx.get(f"{base}/api/runs/{thread}/events", params={"follow": "0"},
-                             headers={"Last-Event-ID": str(tab_a[-3]["seq"])})
+                             headers={"Last-Event-ID": str(tab_a[-3]["seq"]), **auth(app)})
         assert [json.loads(x[5:])["seq"] for x in response.text.splitlines() if x.startswith("data:")] == \
             [tab_a[-2]["seq"], tab_a[-1]["seq"]]
 
@@ -337,7 +348,7 @@ def test_a_truncated_or_broken_jsonl_line_is_a_warning_and_a_growing_file_is_ind
     lines = file.read_text().splitlines(keepends=True)
     lines[3] = "{not json\n"
     file.write_text("".join(lines) + lines[5][:40])  # a broken line 4 and an unterminated last line
-    with TestClient(create_app([folder], tmp_path / "s.sqlite")) as c:
+    with studio_client(create_app([folder], tmp_path / "s.sqlite")) as c:
         summary = c.get("/api/folders/0").json()
         assert summary["rows"] == 9
         assert any("rollouts.jsonl:4: skipped" in w for w in summary["warnings"])

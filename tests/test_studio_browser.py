@@ -43,7 +43,8 @@ ONE_NODE = json.dumps({"nodes": [{"id": "ONLY", "agent": "cot", "description": "
 
 
 @pytest.fixture(scope="module")
-def studio(tmp_path_factory):
+def studio_server(tmp_path_factory):
+    """The served studio: its base URL and the URL with the token that ``mas-orchestra studio`` prints."""
     root = tmp_path_factory.mktemp("studio")
     runs = root / "runs"
     # Playwright's sync API keeps an event loop running in this thread: the eval runs in its own.
@@ -52,7 +53,12 @@ def studio(tmp_path_factory):
     make_training_folder(runs / "grpo-run", rollouts=120, steps=12)
     app = create_app([runs], root / "studio.sqlite", allow_python_models=True)
     with serve(app) as base:
-        yield base
+        yield base, f"{base}/?token={app.state.token}"
+
+
+@pytest.fixture(scope="module")
+def studio(studio_server):
+    return studio_server[0]
 
 
 @pytest.fixture(scope="module")
@@ -64,12 +70,17 @@ def browser():
 
 
 @pytest.fixture
-def page(browser, request):
+def page(browser, request, studio_server):
     context = browser.new_context(viewport={"width": 1440, "height": 900})
     opened = context.new_page()
     errors: list[str] = []
     opened.on("pageerror", lambda exc: errors.append(str(exc)))
+    # The page's Content-Security-Policy must not block anything of its own (Chromium logs each refusal).
+    opened.on("console", lambda msg: errors.append(msg.text) if "Content Security Policy" in msg.text else None)
     opened.set_default_timeout(30_000)
+    base, token_url = studio_server
+    opened.goto(token_url)  # as the owner does: the printed URL sets the cookie and drops the token
+    assert opened.url == f"{base}/" and "token" not in opened.url
     yield opened
     if errors:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -119,6 +130,15 @@ def fill_run(page, question="What is 2 + 3?", orchestrator=DEMO, subagent="scrip
             page.fill(f"#{field}", str(value))
 
 
+def wait_js(page, expression, timeout=30.0):
+    """Wait until ``expression`` is true in the page. Polled from here with ``evaluate``: Playwright's own
+    ``wait_for_function`` polls with ``eval`` inside the page, which the studio's Content-Security-Policy forbids."""
+    deadline = time.monotonic() + timeout
+    while not page.evaluate(expression):
+        assert time.monotonic() < deadline, f"timed out waiting for {expression}"
+        time.sleep(0.05)
+
+
 def node_status(page, node_id):
     return page.get_attribute(f"#graph g.node[data-node='{node_id}']", "data-status")
 
@@ -129,7 +149,7 @@ def test_a_live_run_draws_the_plan_and_its_nodes_turn_done(page, studio):
         fill_run(page)
         page.click("#run-button")
         page.wait_for_selector("#graph svg.plan")
-        page.wait_for_function("document.querySelectorAll('#graph g.node[data-status=done]').length === 4")
+        wait_js(page, "document.querySelectorAll('#graph g.node[data-status=done]').length === 4")
         timings = page.evaluate("window.studioTimings")
         assert timings["firstGraph"] > timings["submitted"]
         print(f"first graph drawn {timings['firstGraph'] - timings['submitted']:.0f} ms after Run")
@@ -166,8 +186,8 @@ def test_a_bad_model_string_is_shown_next_to_the_form(page, studio):
         open_live(page, studio)
         fill_run(page, orchestrator="no-such-model")
         page.click("#run-button")
-        page.wait_for_function("document.getElementById('form-error').textContent.length > 0")
-        assert "unknown model 'no-such-model'" in page.inner_text("#form-error")
+        wait_js(page, "document.getElementById('form-error').textContent.length > 0")
+        assert "--allow-model 'no-such-model'" in page.inner_text("#form-error")
 
 
 def test_approve_edit_with_problems_in_place_run_the_edited_plan_and_reload(page, studio):
@@ -210,7 +230,7 @@ def test_a_plan_waiting_for_approval_survives_a_reload_and_runs_when_approved(pa
         page.reload()
         page.wait_for_selector("#approval-box:not([hidden])")
         page.click("#approve")
-        page.wait_for_function("document.querySelectorAll('#graph g.node[data-status=done]').length === 4")
+        wait_js(page, "document.querySelectorAll('#graph g.node[data-status=done]').length === 4")
         assert page.inner_text("#outcome-status") == "ok"
 
 
@@ -221,7 +241,7 @@ def test_a_hanging_node_shows_running_with_its_time_out_then_fails(page, studio)
                  retries=0)
         page.click("#run-button")
         page.wait_for_selector("#graph g.node[data-node='FIRST'][data-status='running']")
-        page.wait_for_function(
+        wait_js(page,
             "/\\/ 2 s/.test(document.querySelector(\"#graph g.node[data-node='FIRST'] .node-badge\").textContent)")
         view_shot(page, "hanging")
         started = time.monotonic()
@@ -239,11 +259,11 @@ def test_browse_a_training_folder_page_filter_and_open_a_rollout(page, studio):
         page.wait_for_selector("table.rows tbody tr")
         assert page.inner_text("#page-info") == "1–50 of 120"
         page.click("#next")
-        page.wait_for_function("document.getElementById('page-info').textContent === '51–100 of 120'")
+        wait_js(page, "document.getElementById('page-info').textContent === '51–100 of 120'")
         assert page.locator("table.rows tbody tr").first.get_attribute("data-row") == "50"
         assert page.locator("#reward-curve circle").count() == 12 and page.locator("#kind-shares rect").count() > 12
         page.select_option("#f-status", "invalid_spec")
-        page.wait_for_function("/of \\d+$/.test(document.getElementById('page-info').textContent) && "
+        wait_js(page, "/of \\d+$/.test(document.getElementById('page-info').textContent) && "
                                "!document.getElementById('page-info').textContent.endsWith('of 120')")
         statuses = set(page.locator("table.rows tbody tr td:nth-child(5)").all_inner_texts())
         assert statuses == {"invalid_spec"}
@@ -263,12 +283,12 @@ def test_browse_an_eval_folder_and_open_a_failed_sample(page, studio):
         page.wait_for_selector("table.rows tbody tr")
         assert page.inner_text("#page-info") == "1–6 of 6"
         page.select_option("#f-status", "invalid_spec")
-        page.wait_for_function("document.getElementById('page-info').textContent === '1–1 of 1'")
+        wait_js(page, "document.getElementById('page-info').textContent === '1–1 of 1'")
         page.locator("table.rows tbody tr").first.click()
         page.wait_for_selector("#sample-warnings")
         assert "OracleAgent" in page.inner_text("#sample-warnings")
         page.select_option("#f-status", "ok")
-        page.wait_for_function("document.getElementById('page-info').textContent === '1–4 of 4'")
+        wait_js(page, "document.getElementById('page-info').textContent === '1–4 of 4'")
         page.locator("table.rows tbody tr").first.click()
         page.wait_for_selector("#sample-detail svg.plan g.node[data-node='A']")
         page.click("#sample-detail svg.plan g.node[data-node='A']")

@@ -4,20 +4,28 @@ The configuration is the usual ``{"mcpServers": {name: {...}}}`` shape (a dict o
 ``command`` (and ``args``, ``env``, ``cwd``) is a stdio server, one with ``url`` a streamable-HTTP server
 (``"transport": "sse"`` for the older SSE transport). Each server's tools are listed when they are loaded,
 within a time bound, so a server that does not start or does not answer is a :class:`McpServerError` naming
-it — before anything runs. Each tool call opens its own session (the adapters' default), so a server that dies
-mid-run fails that call only (the tool agent shows the failure as an observation) and the next call starts it
-again.
+it — before anything runs.
+
+Inside a run (:func:`mcp_run_sessions`, which :class:`~mas_orchestra.runtime.Orchestra` enters for every run)
+each stdio server is started once, on its first call, and its session serves every later call of the run; the
+run's end (or its cancellation) closes the sessions, which stops the server processes, so a run leaves no child
+process behind. Outside a run, and for HTTP servers, each call opens its own session (the adapters' default).
+Either way a server that dies mid-run fails that call only (the tool agent shows the failure as an
+observation) and the next call starts it again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import inspect
 import json
+import logging
 import os
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +34,12 @@ from langchain_core.tools import BaseTool
 from agents.errors import MasOrchestraError, MissingExtraError
 from agents.tools.toolset import ToolsetError
 
-__all__ = ["DEFAULT_LIST_TIMEOUT", "McpServerError", "aload_mcp_tools", "load_mcp_tools", "mcp_connections"]
+__all__ = [
+    "DEFAULT_LIST_TIMEOUT", "McpServerError", "McpSessions", "aload_mcp_tools", "load_mcp_tools", "mcp_connections",
+    "mcp_run_sessions",
+]
+
+log = logging.getLogger(__name__)
 
 #: Seconds a server gets to start and list its tools.
 DEFAULT_LIST_TIMEOUT = 30.0
@@ -113,6 +126,126 @@ def _ensure_server_stderr() -> None:
         function.__defaults__ = (fallback,)
 
 
+class McpSessions:
+    """The stdio sessions of one run: one per server, started on its first call, all closed by :meth:`aclose`.
+
+    Each session lives in a task of its own (the MCP client's streams must be opened and closed by the same
+    task), so calls from any of the run's tasks share it and closing it never depends on which task asks.
+    A session whose call fails is closed, and the server's next call starts it again.
+    """
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, tuple[asyncio.Future[Any], asyncio.Event, asyncio.Task[None]]] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self.started = 0  # server processes started by this run (for tests and benchmarks)
+
+    async def call(self, key: str, connection: Mapping[str, Any], tool: str, arguments: dict[str, Any]) -> Any:
+        """Call ``tool`` on the session of ``key`` (started with ``connection`` when there is none)."""
+        session = await self._session(key, connection)
+        try:
+            return await session.call_tool(tool, arguments)
+        except BaseException:
+            # A dead, confused or still busy (timed-out call) server: closed in the background, and the next
+            # call starts a fresh one; the run's end waits for the closing.
+            self._drop(key)
+            raise
+
+    async def _session(self, key: str, connection: Mapping[str, Any]) -> Any:
+        if self._closed:
+            raise RuntimeError("the run's MCP sessions are closed")
+        entry = self._sessions.get(key)
+        if entry is None:
+            ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            stop = asyncio.Event()
+            task = asyncio.create_task(self._own(connection, ready, stop), name=f"mcp session {key}")
+            entry = self._sessions[key] = (ready, stop, task)
+            self.started += 1
+        try:
+            return await asyncio.shield(entry[0])
+        except BaseException:
+            self._drop(key)
+            raise
+
+    @staticmethod
+    async def _own(connection: Mapping[str, Any], ready: asyncio.Future[Any], stop: asyncio.Event) -> None:
+        from langchain_mcp_adapters.sessions import create_session
+
+        try:
+            async with create_session(dict(connection)) as session:  # type: ignore[arg-type]
+                await session.initialize()
+                ready.set_result(session)
+                await stop.wait()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError(f"session stopped: {exc!r}"))
+            if not isinstance(exc, (Exception, asyncio.CancelledError)):
+                raise
+
+    def _drop(self, key: str) -> None:
+        """Forget ``key``'s session and let its task close it (the process stops); :meth:`aclose` waits."""
+        entry = self._sessions.pop(key, None)
+        if entry is None:
+            return
+        ready, stop, task = entry
+        stop.set()
+        if ready.done() and not ready.cancelled():
+            ready.exception()  # retrieved: no "exception was never retrieved" warning
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def aclose(self, timeout: float = 10.0) -> None:
+        """Close every session and wait until their server processes have stopped; later calls raise."""
+        self._closed = True
+        for key in list(self._sessions):
+            self._drop(key)
+        pending = list(self._closing)
+        if not pending:
+            return
+        done, late = await asyncio.wait(pending, timeout=timeout)
+        for task in late:  # a session that does not close in time is cancelled (its process is killed)
+            task.cancel()
+        if late:
+            await asyncio.wait(late, timeout=timeout)
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                log.debug("MCP session %s ended with %r", task.get_name(), task.exception())
+
+
+_RUN_SESSIONS: contextvars.ContextVar[McpSessions | None] = contextvars.ContextVar("mcp_run_sessions", default=None)
+
+
+@contextlib.asynccontextmanager
+async def mcp_run_sessions() -> AsyncIterator[McpSessions]:
+    """Share one session per stdio MCP server among the calls made inside this block (a run), and close them
+    all when it ends, however it ends. Nested blocks share the outer one's sessions."""
+    current = _RUN_SESSIONS.get()
+    if current is not None:
+        yield current
+        return
+    sessions = McpSessions()
+    token = _RUN_SESSIONS.set(sessions)
+    try:
+        yield sessions
+    finally:
+        with contextlib.suppress(ValueError):  # closed from another context (a generator finalised elsewhere)
+            _RUN_SESSIONS.reset(token)
+        await asyncio.shield(sessions.aclose())
+
+
+def _run_session_interceptor(name: str, connection: Mapping[str, Any]) -> Any:
+    """The adapters' tool-call hook of one server: inside a run, its stdio calls go to the run's session."""
+    key = f"{name}:{json.dumps(connection, sort_keys=True, default=str)}"
+
+    async def intercept(request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+        sessions = _RUN_SESSIONS.get()
+        if sessions is None or connection.get("transport") != "stdio" or request.headers:
+            return await handler(request)
+        return await sessions.call(key, connection, request.name, request.args)
+
+    return intercept
+
+
 async def aload_mcp_tools(
     config: Mapping[str, Any] | str | Path, *, timeout: float = DEFAULT_LIST_TIMEOUT
 ) -> list[BaseTool]:
@@ -125,7 +258,7 @@ async def aload_mcp_tools(
     _ensure_server_stderr()
     tools: list[BaseTool] = []
     for name, conn in connections.items():
-        client = MultiServerMCPClient({name: conn})  # type: ignore[dict-item]
+        client = MultiServerMCPClient({name: conn}, tool_interceptors=[_run_session_interceptor(name, conn)])  # type: ignore[dict-item]
         try:
             listed = await asyncio.wait_for(client.get_tools(server_name=name), timeout)
         except (asyncio.TimeoutError, TimeoutError):

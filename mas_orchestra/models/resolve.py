@@ -147,7 +147,8 @@ def resolve_model(
             raise ValueError(f"model {text!r}: write vllm:<model>@<base-url>, e.g. vllm:Qwen2.5-7B@http://127.0.0.1:8000/v1")
         url = url if url.rstrip("/").endswith("/v1") else url.rstrip("/") + "/v1"
         return openai_mod.ChatOpenAI(
-            model=name, base_url=url, api_key=os.environ.get("VLLM_API_KEY", "EMPTY"),
+            # An explicit api_key (the studio passes "EMPTY" for a URL a web page chose) wins over $VLLM_API_KEY.
+            model=name, base_url=url, api_key=kwargs.pop("api_key", None) or os.environ.get("VLLM_API_KEY", "EMPTY"),
             max_retries=0, timeout=timeout, metadata={BACKEND_METADATA_KEY: "vllm"}, **api_kwargs, **kwargs,
         )
     if prefix == "python" and rest:

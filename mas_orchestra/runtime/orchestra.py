@@ -17,7 +17,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
 from agents.base import message_text, model_name_of
-from agents.tools.mcp import DEFAULT_LIST_TIMEOUT, load_mcp_tools
+from agents.tools.mcp import DEFAULT_LIST_TIMEOUT, load_mcp_tools, mcp_run_sessions
 from mas_orchestra.errors import SpecError
 from mas_orchestra.models import resolve_model, with_transient_retry
 from mas_orchestra.models.constraints import (
@@ -268,10 +268,12 @@ class Orchestra:
                 self._thread_events(run, root.get_child(), thread_id, resume, fork_from)
                 if durable else self._events(run, root.get_child())
             )
-            async for event in with_deadline(events, run, self.settings.timeout):
-                if event["type"] == "outcome":
-                    final = event["outcome"]
-                yield event
+            # One session per stdio MCP server for the whole run, closed (its process stopped) when it ends.
+            async with mcp_run_sessions():
+                async for event in with_deadline(events, run, self.settings.timeout):
+                    if event["type"] == "outcome":
+                        final = event["outcome"]
+                    yield event
         finally:
             if final is not None:
                 await root.on_chain_end(

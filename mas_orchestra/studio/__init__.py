@@ -9,7 +9,9 @@
   index: filtered, paged tables and one record at a time, never a whole file in memory.
 * :mod:`~mas_orchestra.studio.graph` — a spec as the nodes and labelled edges the page lays out.
 * :mod:`~mas_orchestra.studio.samples` — the sample questions offered (MASBench generated on the fly, ``--data``).
-* :mod:`~mas_orchestra.studio.cli` — the ``mas-orchestra studio`` command.
+* :mod:`~mas_orchestra.studio.security` — who gets in: the per-start token, local Host names, same-origin JSON
+  writes, body size, limits, the page's security headers and the models the page may name.
+* :mod:`~mas_orchestra.studio.cli` — the ``mas-orchestra studio`` command (prints the URL with the token).
 * ``static/`` — the page (our HTML/CSS/JS) and ``static/vendor/`` (the dagre layout bundle built from
   ``frontend/`` with esbuild, and its license notice). Nothing is fetched from the network at run time.
 

@@ -4,6 +4,12 @@
 the environment (``MAS_STUDIO_RUNS``: folders separated by ``os.pathsep``, ``MAS_STUDIO_DB``, ``MAS_STUDIO_DATA``)
 for ASGI servers that import an app by name, e.g. ``"http": {"app": "mas_orchestra/studio/app.py:app"}`` in
 ``langgraph.json``. Routes name run folders and records by number and threads by id; no route takes a path.
+
+Every route is wrapped by :class:`~mas_orchestra.studio.security.Guarded` (token, Host, Origin, content type,
+body size, security headers; see :mod:`mas_orchestra.studio.security`): the page ``/`` needs the token once
+(``/?token=...`` sets the cookie and redirects to ``/``), ``/api/*`` needs it on every request, ``/static/*`` is
+public (our own HTML/JS/CSS, no data). Threads are only read by GETs; ``POST /api/runs/{id}/open`` loads a
+stored one.
 """
 
 from __future__ import annotations
@@ -11,11 +17,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from mas_orchestra.errors import MissingExtraError
+from mas_orchestra.models.policy import ModelPolicy
 from mas_orchestra.models.resolve import MODEL_FORMS
 from mas_orchestra.registry import default_registry
 from mas_orchestra.studio.browse import RowFilter, RunFolder, open_run_folders
@@ -24,12 +32,20 @@ from mas_orchestra.studio.demo import DEMO_ORCHESTRATOR
 from mas_orchestra.studio.graph import graph_of
 from mas_orchestra.studio.live import LiveRuns, RunRequest, validate_edit
 from mas_orchestra.studio.samples import load_samples
+from mas_orchestra.studio.security import TOKEN_ENV, AccessPolicy, Guarded, StudioLimits, new_token, studio_model_policy
 
 try:
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
-    from starlette.routing import Mount, Route
+    from starlette.responses import (
+        FileResponse,
+        HTMLResponse,
+        JSONResponse,
+        RedirectResponse,
+        Response,
+        StreamingResponse,
+    )
+    from starlette.routing import Mount, Route, request_response
     from starlette.staticfiles import StaticFiles
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingExtraError("the studio web app", "studio", "starlette") from exc
@@ -39,6 +55,10 @@ __all__ = ["DEFAULT_DB", "STATIC", "create_app"]  # and the lazily built ``app``
 STATIC = Path(__file__).parent / "static"
 DEFAULT_DB = "studio.sqlite"
 _KEEPALIVE_S = 15.0
+_NO_TOKEN_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>mas-orchestra studio</title>
+</head><body><h1>mas-orchestra studio</h1><p>This page needs the studio's token. Open the URL that
+<code>mas-orchestra studio</code> printed when it started: it ends in <code>/?token=&hellip;</code>.</p>
+<p>{detail}</p></body></html>"""
 
 
 def _json(data: Any, status: int = 200) -> JSONResponse:
@@ -48,6 +68,8 @@ def _json(data: Any, status: int = 200) -> JSONResponse:
 async def _body(request: Request) -> Any:
     try:
         return await request.json()
+    except StudioInputError:  # the body limit (413), raised while the body streams in
+        raise
     except (ValueError, UnicodeDecodeError):
         raise StudioInputError("the request body must be JSON") from None
 
@@ -66,10 +88,14 @@ class Studio:
     """The state behind the routes: live threads, run folders and samples."""
 
     def __init__(self, runs: Sequence[str | os.PathLike[str]], db: str | os.PathLike[str],
-                 data: Sequence[str | os.PathLike[str]], allow_python_models: bool) -> None:
+                 data: Sequence[str | os.PathLike[str]], access: AccessPolicy, models: ModelPolicy,
+                 limits: StudioLimits) -> None:
+        self.access = access
+        self.limits = limits
         self.folders = open_run_folders(list(runs))
         self.samples = load_samples(data)
-        self.live = LiveRuns(db, allow_python_models=allow_python_models)
+        self.live = LiveRuns(db, policy=models, limits=limits)
+        self.streams = 0  # event streams open now (at most limits.max_streams)
 
     def folder(self, request: Request) -> RunFolder:
         number = request.path_params["folder"]
@@ -84,6 +110,19 @@ class Studio:
     # LangGraph dev server, which flags blocking calls on its loop, accepts the app).
 
     async def index(self, request: Request) -> Response:
+        given = request.query_params.get("token")
+        if given is not None:
+            if not self.access.token_matches(given):
+                return HTMLResponse(_NO_TOKEN_PAGE.format(detail="The token in this URL is not this studio's "
+                                                          "(it changes at every start unless --token is given)."),
+                                    status_code=401)
+            # The cookie carries the token from now on; the redirect drops it from the address bar and history.
+            response = RedirectResponse("/", status_code=303)
+            response.headers["set-cookie"] = self.access.cookie_header()
+            response.headers["cache-control"] = "no-store"
+            return response
+        if not self.access.authorized(dict(request.headers), dict(request.cookies)):
+            return HTMLResponse(_NO_TOKEN_PAGE.format(detail=""), status_code=401)
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
     async def config(self, request: Request) -> Response:
@@ -92,6 +131,11 @@ class Studio:
                        for k in default_registry.kinds()],
             "model_forms": list(MODEL_FORMS), "demo_orchestrator": DEMO_ORCHESTRATOR,
             "db": str(self.live.db), "folders": len(self.folders),
+            "allowed_models": list(self.live.policy.patterns),
+            "limits": {"max_body_bytes": self.limits.max_body_bytes, "max_live_runs": self.limits.max_live_runs,
+                       "max_streams": self.limits.max_streams, "max_run_timeout_s": self.limits.max_run_timeout_s,
+                       "keep_finished": self.limits.keep_finished},
+            "load": {"executing": self.live.executing, "streams": self.streams, "in_memory": self.live.in_memory},
         })
 
     async def samples_route(self, request: Request) -> Response:
@@ -117,7 +161,10 @@ class Studio:
         return _json(await self.live.threads())
 
     async def thread(self, request: Request) -> Response:
-        live = await self.live.get(request.path_params["thread"])
+        return _json(await self.live.stored_summary(request.path_params["thread"]))
+
+    async def open_thread(self, request: Request) -> Response:
+        live = await self.live.open(request.path_params["thread"])
         return _json(live.summary())
 
     async def events(self, request: Request) -> Response:
@@ -128,9 +175,16 @@ class Studio:
             after = int(last)
         # follow=0: the events so far, then the response ends (for scripts and tests); default: a live stream.
         follow = request.query_params.get("follow", "1") != "0"
+        if self.streams >= self.limits.max_streams:
+            raise StudioInputError(f"{self.streams} event streams are open, this studio's limit (--max-streams "
+                                   f"{self.limits.max_streams}); close a tab", status=429)
+        self.streams += 1  # taken here, given back when the response ends, however it ends
         watch = live.watch(after if after is not None else -1, follow=follow, keepalive=_KEEPALIVE_S)
-        return StreamingResponse(_sse(watch), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return _CountedStream(_sse(watch), self._stream_ended, media_type="text/event-stream",
+                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    def _stream_ended(self) -> None:
+        self.streams -= 1
 
     async def resume(self, request: Request) -> Response:
         body = await _body(request)
@@ -166,6 +220,21 @@ class Studio:
         return _json(await asyncio.to_thread(self.folder(request).curve))
 
 
+class _CountedStream(StreamingResponse):
+    """A streaming response that calls ``release`` when it is over: sent, failed, or cut by a client that left
+    before its first byte (when the body iterator never starts, its own ``finally`` would never run)."""
+
+    def __init__(self, content: AsyncIterator[str], release: Any, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._release = release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
+
+
 async def _sse(events: AsyncIterator[dict[str, Any] | None]) -> AsyncIterator[str]:
     async for event in events:
         if event is None:
@@ -181,38 +250,83 @@ async def _studio_error(request: Request, exc: Exception) -> Response:
 
 def create_app(
     runs: Sequence[str | os.PathLike[str]] = (), db: str | os.PathLike[str] = DEFAULT_DB,
-    data: Sequence[str | os.PathLike[str]] = (), *, allow_python_models: bool = False,
+    data: Sequence[str | os.PathLike[str]] = (), *, allow_python_models: bool = False, token: str | None = None,
+    allowed_hosts: Sequence[str] = (), models: ModelPolicy | None = None, limits: StudioLimits | None = None,
 ) -> Starlette:
-    """The studio app. ``runs``: eval/training output folders to browse; ``db``: the SQLite file of live
-    threads; ``data``: JSONL files of sample questions. Bad folders raise :class:`RunFolderError` here."""
-    studio = Studio(runs, db, data, allow_python_models)
+    """The studio app.
+
+    Args:
+        runs: eval/training output folders to browse.
+        db: the SQLite file of live threads (created 0600).
+        data: JSONL files of sample questions.
+        allow_python_models: accept ``python:`` model strings (ignored when ``models`` is given).
+        token: the token every API request needs; a random one when ``None`` (read it from
+            ``app.state.token``).
+        allowed_hosts: Host names served besides the loopback ones.
+        models: which model strings requests may name (default: :func:`studio_model_policy`).
+        limits: body size, live runs, streams, time-out ceiling, finished threads kept.
+
+    Returns:
+        The Starlette app; ``app.state.token`` and ``app.state.studio`` hold the token and the state.
+
+    Raises:
+        RunFolderError: a ``runs`` path that is not a run folder.
+        StudioInputError: a token shorter than 8 characters or a limit below 1.
+    """
+    limits = limits or StudioLimits()
+    access = AccessPolicy(token or new_token(), frozenset(allowed_hosts), limits.max_body_bytes)
+    models = models or studio_model_policy(allow_python_models=allow_python_models)
+    studio = Studio(runs, db, data, access, models, limits)
+
+    def route(path: str, endpoint: Any, methods: list[str] | None = None, *, api: bool = True) -> Route:
+        return Route(path, Guarded(request_response(endpoint), access, api=api), methods=methods or ["GET"])
+
     routes = [
-        Route("/", studio.index),
-        Route("/api/config", studio.config),
-        Route("/api/samples", studio.samples_route),
-        Route("/api/validate", studio.validate, methods=["POST"]),
-        Route("/api/runs", studio.start_run, methods=["POST"]),
-        Route("/api/runs", studio.threads, methods=["GET"]),
-        Route("/api/runs/{thread}", studio.thread),
-        Route("/api/runs/{thread}/events", studio.events),
-        Route("/api/runs/{thread}/resume", studio.resume, methods=["POST"]),
-        Route("/api/folders", studio.folders_route),
-        Route("/api/folders/{folder:int}", studio.folder_route),
-        Route("/api/folders/{folder:int}/rows", studio.rows),
-        Route("/api/folders/{folder:int}/rows/{row:int}", studio.sample),
-        Route("/api/folders/{folder:int}/curve", studio.curve),
-        Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
+        route("/", studio.index, api=False),  # checks the token itself (without it: a page naming the URL to open)
+        route("/api/config", studio.config),
+        route("/api/samples", studio.samples_route),
+        route("/api/validate", studio.validate, ["POST"]),
+        route("/api/runs", studio.start_run, ["POST"]),
+        route("/api/runs", studio.threads),
+        route("/api/runs/{thread}", studio.thread),
+        route("/api/runs/{thread}/open", studio.open_thread, ["POST"]),
+        route("/api/runs/{thread}/events", studio.events),
+        route("/api/runs/{thread}/resume", studio.resume, ["POST"]),
+        route("/api/folders", studio.folders_route),
+        route("/api/folders/{folder:int}", studio.folder_route),
+        route("/api/folders/{folder:int}/rows", studio.rows),
+        route("/api/folders/{folder:int}/rows/{row:int}", studio.sample),
+        route("/api/folders/{folder:int}/curve", studio.curve),
+        Mount("/static", app=Guarded(StaticFiles(directory=STATIC), access, api=False), name="static"),
     ]
     application = Starlette(routes=routes, exception_handlers={StudioInputError: _studio_error})
     application.state.studio = studio
+    application.state.token = access.token
     return application
 
 
 def _from_environment() -> Starlette:
+    """The app of ``langgraph.json``: configured from ``MAS_STUDIO_*`` variables, with the same token checks.
+
+    The token is ``$MAS_STUDIO_TOKEN`` or, without it, a random one written to stderr (the LangGraph server's
+    log) as the path to open on that server.
+    """
     def paths(name: str) -> list[str]:
         return [p for p in os.environ.get(name, "").split(os.pathsep) if p]
 
-    return create_app(paths("MAS_STUDIO_RUNS"), os.environ.get("MAS_STUDIO_DB", DEFAULT_DB), paths("MAS_STUDIO_DATA"))
+    def items(name: str) -> list[str]:
+        return [p.strip() for p in os.environ.get(name, "").split(",") if p.strip()]
+
+    token = os.environ.get(TOKEN_ENV) or None
+    app = create_app(
+        paths("MAS_STUDIO_RUNS"), os.environ.get("MAS_STUDIO_DB", DEFAULT_DB), paths("MAS_STUDIO_DATA"),
+        token=token, allowed_hosts=items("MAS_STUDIO_ALLOW_HOSTS"),
+        models=studio_model_policy(items("MAS_STUDIO_ALLOW_MODELS")),
+    )
+    if token is None:
+        print(f"mas-orchestra studio: open /?token={app.state.token} on this server (set {TOKEN_ENV} to choose "
+              "the token)", file=sys.stderr, flush=True)
+    return app
 
 
 def __getattr__(name: str) -> Any:

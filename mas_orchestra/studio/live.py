@@ -8,7 +8,14 @@ it with approve, reject or an edited spec, validated here first so every problem
 
 The request behind each thread is stored next to LangGraph's checkpoints (table ``studio_threads``), so after
 a server restart a thread is rebuilt from the file: a finished one shows its stored outcome, a waiting one its
-plan, and one cut off mid-run goes on from its last checkpoint.
+plan, and one cut off mid-run goes on from its last checkpoint. Reading never starts anything: a stored thread
+is loaded (and, if it was cut off, goes on) only when the page POSTs ``/api/runs/{id}/open``.
+
+The server's bounds (:class:`~mas_orchestra.studio.security.StudioLimits`) hold here: at most
+``max_live_runs`` runs execute at once (one more is a 429), a run's time-out is at most ``max_run_timeout_s``,
+and only the newest ``keep_finished`` finished threads stay in memory (the rest are in the database and
+reopened from it when asked for). The models a request names pass the server's
+:class:`~mas_orchestra.studio.security.ModelPolicy` first.
 """
 
 from __future__ import annotations
@@ -29,20 +36,20 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mas_orchestra.errors import MasOrchestraError, SpecError
+from mas_orchestra.models.policy import ModelNotAllowedError, ModelPolicy, keyless
 from mas_orchestra.runtime import Orchestra
 from mas_orchestra.runtime.threads import NO_RESUME
 from mas_orchestra.spec import GraphSpec, spec_from_data
 from mas_orchestra.studio.calls import CallCollector
 from mas_orchestra.studio.common import StudioInputError
-from mas_orchestra.studio.demo import DEMO_ORCHESTRATOR
 from mas_orchestra.studio.graph import graph_of
+from mas_orchestra.studio.security import StudioLimits, studio_model_policy
 
-__all__ = ["LiveRun", "LiveRuns", "RunRequest"]
+__all__ = ["LiveRun", "LiveRuns", "RunRequest", "build_orchestra", "create_private_file"]
 
 log = logging.getLogger(__name__)
 
 _THREAD_ID = re.compile(r"[A-Za-z0-9_.-]{1,80}")
-_DEMO_MODULE = DEMO_ORCHESTRATOR.rsplit(":", 1)[0] + ":"
 _CONSTRAINED = {"auto": None, "on": True, "off": False}
 
 
@@ -78,19 +85,35 @@ def check_thread_id(thread_id: str) -> str:
     return thread_id
 
 
-def build_orchestra(request: RunRequest, db: Path, *, allow_python_models: bool) -> Orchestra:
-    """The Orchestra of a request; a model string or option the runtime refuses is a :class:`StudioInputError`."""
+def create_private_file(path: Path) -> None:
+    """Create ``path`` readable by its owner only (0600), or narrow an existing one to that.
+
+    SQLite creates the journal and WAL files with the database file's mode, so they stay private too.
+    """
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+    os.close(fd)
+    if path.stat().st_mode & 0o077:
+        path.chmod(0o600)
+
+
+def build_orchestra(request: RunRequest, db: Path, *, policy: ModelPolicy, max_run_timeout_s: float) -> Orchestra:
+    """The Orchestra of a request, within the server's model policy and time-out ceiling.
+
+    Raises:
+        StudioInputError: a model the policy refuses (403), or a model string or option the runtime refuses.
+    """
     for role, model in (("orchestrator", request.orchestrator), ("sub-agent", request.subagent)):
-        if model.lower().startswith("python:") and not allow_python_models and not model.startswith(_DEMO_MODULE):
-            raise StudioInputError(
-                f"{role} model {model!r}: python: model strings import code, so the studio accepts them only when "
-                f"started with --allow-python-models (the demo {DEMO_ORCHESTRATOR} is always accepted)"
-            )
+        try:
+            policy.check(role, model)
+        except ModelNotAllowedError as exc:
+            raise StudioInputError(str(exc), status=403) from None
+    timeout = min(request.timeout or max_run_timeout_s, max_run_timeout_s)
     try:
         return Orchestra(
-            request.orchestrator, request.subagent, request.dom, agents=request.agents, checkpointer=str(db),
+            keyless(request.orchestrator, request.call_timeout), keyless(request.subagent, request.call_timeout),
+            request.dom, agents=request.agents, checkpointer=str(db),
             interrupt_before_execute=request.approval, constrained=_CONSTRAINED[request.constrained],
-            timeout=request.timeout, call_timeout=request.call_timeout, max_retries=request.retries,
+            timeout=timeout, call_timeout=request.call_timeout, max_retries=request.retries,
         )
     except (MasOrchestraError, ValueError, TypeError, KeyError, ImportError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
@@ -106,6 +129,7 @@ class LiveRun:
         self.events: list[dict[str, Any]] = []
         self.state = "idle"  # running | waiting (for approval) | finished | failed
         self.task: asyncio.Task[None] | None = None
+        self.finished_at = 0.0  # monotonic time it last stopped (finished or failed), for eviction
         self._watchers: set[asyncio.Queue[dict[str, Any]]] = set()
         self._t0 = time.perf_counter()
 
@@ -146,13 +170,17 @@ class LiveRun:
 class LiveRuns:
     """The studio's live threads, all in one SQLite checkpoint file."""
 
-    def __init__(self, db: str | os.PathLike[str], *, allow_python_models: bool = False) -> None:
+    def __init__(self, db: str | os.PathLike[str], *, allow_python_models: bool = False,
+                 policy: ModelPolicy | None = None, limits: StudioLimits | None = None) -> None:
         self.db = Path(db).expanduser().resolve()
-        self.allow_python_models = allow_python_models
+        self.policy = policy or studio_model_policy(allow_python_models=allow_python_models)
+        self.limits = limits or StudioLimits()
         self._runs: dict[str, LiveRun] = {}
         self._orchestras: dict[str, Orchestra] = {}
         self._lock = asyncio.Lock()
+        self._executing = 0  # runs holding one of the max_live_runs slots
         self.db.parent.mkdir(parents=True, exist_ok=True)
+        create_private_file(self.db)
         with contextlib.closing(sqlite3.connect(self.db, timeout=30)) as conn, conn:
             conn.execute("CREATE TABLE IF NOT EXISTS studio_threads "
                          "(thread_id TEXT PRIMARY KEY, created REAL, request TEXT)")
@@ -179,8 +207,50 @@ class LiveRuns:
                         "state": live.state if live else "stored"})
         return out
 
+    @property
+    def executing(self) -> int:
+        """Runs executing now (each holds one of ``limits.max_live_runs`` slots)."""
+        return self._executing
+
+    @property
+    def in_memory(self) -> int:
+        """Threads held in memory (live, waiting and the newest finished ones)."""
+        return len(self._runs)
+
     async def get(self, thread_id: str) -> LiveRun:
-        """The live thread, rebuilt from the file (and resumed) when this server has not seen it yet."""
+        """The thread as this server holds it; a thread only in the file is a 409 that says to open it (a read
+        starts nothing).
+
+        Raises:
+            StudioInputError: 404 (no such thread) or 409 (stored, not open).
+        """
+        check_thread_id(thread_id)
+        live = self._runs.get(thread_id)
+        if live is not None:
+            return live
+        if await self._sql("SELECT 1 FROM studio_threads WHERE thread_id = ?", thread_id):
+            raise StudioInputError(f"thread {thread_id} is stored but not open in this server: POST "
+                                   f"/api/runs/{thread_id}/open to load it", status=409)
+        raise StudioInputError(f"no thread {thread_id!r} in {self.db}", status=404)
+
+    async def stored_summary(self, thread_id: str) -> dict[str, Any]:
+        """The summary of a thread, open or only stored (``state: "stored"``); reads only."""
+        check_thread_id(thread_id)
+        live = self._runs.get(thread_id)
+        if live is not None:
+            return live.summary()
+        rows = await self._sql("SELECT request FROM studio_threads WHERE thread_id = ?", thread_id)
+        if not rows:
+            raise StudioInputError(f"no thread {thread_id!r} in {self.db}", status=404)
+        return {"thread_id": thread_id, "state": "stored", "events": 0, "request": json.loads(rows[0][0])}
+
+    async def open(self, thread_id: str) -> LiveRun:
+        """The thread, rebuilt from the file (and resumed where it was cut off) when this server does not hold
+        it: a finished one shows its stored outcome, a waiting one its plan.
+
+        Raises:
+            StudioInputError: 404 (no such thread) or 429 (``max_live_runs`` runs are executing).
+        """
         check_thread_id(thread_id)
         async with self._lock:
             live = self._runs.get(thread_id)
@@ -189,6 +259,7 @@ class LiveRuns:
             rows = await self._sql("SELECT request FROM studio_threads WHERE thread_id = ?", thread_id)
             if not rows:
                 raise StudioInputError(f"no thread {thread_id!r} in {self.db}", status=404)
+            self._claim_slot()
             live = LiveRun(thread_id, RunRequest.model_validate_json(rows[0][0]))
             self._runs[thread_id] = live
             live.emit({"type": "restored", "request": live.request.model_dump(mode="json")})
@@ -196,12 +267,26 @@ class LiveRuns:
             return live
 
     async def start(self, request: RunRequest) -> LiveRun:
-        """Start a run on a new thread (the models are set up first, so a bad model string starts nothing)."""
-        await self.orchestra_for(request)
-        thread_id = f"studio-{uuid.uuid4().hex[:12]}"
-        await self._sql(
-            "INSERT INTO studio_threads VALUES (?, ?, ?)", thread_id, time.time(), request.model_dump_json()
-        )
+        """Start a run on a new thread (the models are set up first, so a bad model string starts nothing).
+
+        Raises:
+            StudioInputError: 429 when ``max_live_runs`` runs are executing; 400 for a time-out above the
+                ceiling; 403/400 for a model the policy or the runtime refuses.
+        """
+        ceiling = self.limits.max_run_timeout_s
+        if request.timeout is not None and request.timeout > ceiling:
+            raise StudioInputError(f"timeout {request.timeout:g} s is above this studio's ceiling of {ceiling:g} s "
+                                   "(--max-run-timeout)")
+        self._claim_slot()  # before any await: concurrent starts cannot all pass the check
+        try:
+            await self.orchestra_for(request)
+            thread_id = f"studio-{uuid.uuid4().hex[:12]}"
+            await self._sql(
+                "INSERT INTO studio_threads VALUES (?, ?, ?)", thread_id, time.time(), request.model_dump_json()
+            )
+        except BaseException:
+            self._release_slot()
+            raise
         live = LiveRun(thread_id, request)
         self._runs[thread_id] = live
         live.emit({"type": "started", "request": request.model_dump(mode="json")})
@@ -226,6 +311,9 @@ class LiveRuns:
             live.emit({"type": "resumed", "action": decision["action"]})
         else:
             raise StudioInputError('resume with {"action": "approve"}, {"action": "reject"} or {"spec": text}')
+        if live.state != "waiting":  # another request answered it meanwhile
+            raise StudioInputError(f"thread {thread_id} was answered already (it is {live.state})", status=409)
+        self._claim_slot()
         self._drive(live, value)
         return live
 
@@ -238,14 +326,34 @@ class LiveRuns:
         if orchestra is None:
             # Loading a local model takes a while: off the event loop, so other tabs stay served.
             orchestra = await asyncio.to_thread(
-                build_orchestra, request, self.db, allow_python_models=self.allow_python_models
+                build_orchestra, request, self.db, policy=self.policy,
+                max_run_timeout_s=self.limits.max_run_timeout_s,
             )
             if len(self._orchestras) >= 8:
                 self._orchestras.pop(next(iter(self._orchestras)))
             self._orchestras[key] = orchestra
         return orchestra
 
+    def _claim_slot(self) -> None:
+        if self._executing >= self.limits.max_live_runs:
+            raise StudioInputError(
+                f"{self._executing} runs are executing, this studio's limit (--max-live-runs "
+                f"{self.limits.max_live_runs}); wait for one to finish", status=429)
+        self._executing += 1
+
+    def _release_slot(self) -> None:
+        self._executing = max(0, self._executing - 1)
+
+    def _evict_finished(self) -> None:
+        """Drop the oldest finished threads beyond ``keep_finished`` (they stay in the database)."""
+        done = [r for r in self._runs.values() if r.state in ("finished", "failed")]
+        extra = len(done) - self.limits.keep_finished
+        if extra > 0:
+            for old in sorted(done, key=lambda r: r.finished_at)[:extra]:
+                self._runs.pop(old.thread_id, None)
+
     def _drive(self, live: LiveRun, resume: Any) -> None:
+        """Run (or resume) ``live`` in a server task; the caller has claimed a slot, released when it stops."""
         live.state = "running"
         live.emit({"type": "state", "state": "running"})
         live.task = asyncio.create_task(self._run(live, resume), name=f"studio run {live.thread_id}")
@@ -270,8 +378,11 @@ class LiveRuns:
             live.emit({"type": "error", "message": f"{type(exc).__name__}: {exc}"})
         finally:
             collector.abandon(stop_reason)
+            self._release_slot()
             live.state = state
+            live.finished_at = time.monotonic()
             live.emit({"type": "state", "state": state})
+            self._evict_finished()
 
 
 def validate_edit(text: Any, orchestra: Orchestra) -> GraphSpec:

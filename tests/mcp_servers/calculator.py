@@ -66,6 +66,11 @@ def build(port: int | None = None) -> FastMCP:
         return "woke up"
 
     @server.tool()
+    def pid() -> int:
+        """The server's process id (tests check which process answered)."""
+        return os.getpid()
+
+    @server.tool()
     def crash() -> str:
         """End the server process abruptly."""
         os._exit(3)

@@ -16,7 +16,7 @@ async function route() {
       if (a !== undefined && a !== "") await openFolder(Number(a));
       if (b !== undefined && b !== "") await openSample(Number(a), Number(b));
     } else if (a) {
-      openThread(decodeURIComponent(a));
+      await openThread(decodeURIComponent(a));
     }
   } catch (error) {
     const box = browse ? $("sample-detail") : $("result");

@@ -86,6 +86,7 @@ function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (k === "class") node.className = v;
+    else if (k === "style") node.style.cssText = v;  // CSSOM: allowed by the page's CSP, a style attribute is not
     else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
     else node.setAttribute(k, v);
   }

@@ -67,7 +67,7 @@ async function refreshThreads() {
     el("span", { class: `chip state-${t.state}` }, t.state))));
 }
 
-function openThread(threadId) {
+async function openThread(threadId) {
   if (Live.thread === threadId && Live.source) return;
   if (Live.source) Live.source.close();
   Object.assign(Live, { thread: threadId, graph: null, handle: null, nodes: new Map(), selected: null, clockOffset: null });
@@ -76,6 +76,9 @@ function openThread(threadId) {
   $("approval-box").hidden = true;
   put($("node-detail"), el("span", { class: "muted" }, "Click a node for its sub-task, calls and answer."));
   put($("run-head"), el("span", { class: "muted" }, `Thread ${threadId}: connecting…`));
+  // Loading a stored thread (after a server restart) may resume it: a POST, never a side effect of a GET.
+  await api(`/api/runs/${encodeURIComponent(threadId)}/open`, { method: "POST", body: "{}" });
+  if (Live.thread !== threadId) return;  // another thread was opened meanwhile
   Live.source = new EventSource(`/api/runs/${encodeURIComponent(threadId)}/events`);
   Live.source.onmessage = (message) => onEvent(JSON.parse(message.data));
   Live.source.onerror = () => { $("conn").textContent = "reconnecting…"; };
