@@ -52,7 +52,10 @@ PLACEHOLDERS: dict[str, str] = {
     "question": "the task",
     "agents": "our description of each offered agent (block name, description, parameters with bounds)",
     "agent_names": "the offered agents' block names, comma-separated",
-    "example": "a worked example orchestration in the format of the DoM, naming offered agents only",
+    "example": "worked example orchestrations in the format of the DoM, naming offered agents only (high DoM: "
+               "a two-agent chain wired with ${A1}, then a single agent)",
+    "example_chain": "high DoM: only the two-agent chain example; low DoM: empty",
+    "example_single": "only the single-agent example of the DoM",
     "archive": "the offered agents as a JSON list in archive order (description, name, required_arguments)",
     "agent_cot": "CoTAgent as one JSON object (empty when not offered)",
     "agent_sc": "SCAgent as one JSON object (empty when not offered)",

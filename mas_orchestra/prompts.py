@@ -151,6 +151,10 @@ def _values(question: str, dom: Dom, registry: AgentRegistry, model: str | None)
             return ", ".join(registry.block_names())
         if name == "example":
             return _example(dom, registry)
+        if name == "example_chain":
+            return _chain_example(registry) if dom == "high" else ""
+        if name == "example_single":
+            return _single_example(registry) if dom == "high" else _example(dom, registry)
         if name == "archive":
             return "[" + ",\n".join(json.dumps(_archive_entry(k)) for k in archive_kinds(registry)) + "]"
         if name == "model":

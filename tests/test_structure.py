@@ -137,3 +137,18 @@ def test_the_new_example_is_a_wired_chain_the_parser_reads():
     assert shape.ref_depth == shape.depth == 2 and shape.wired == 1
     single = example.split("one agent gets the whole task:", 1)[1]
     assert structure_of(parse_orchestration(single, registry=registry)).agents == 1
+
+
+def test_example_placeholders_pick_one_shape(tmp_path):
+    from mas_orchestra.prompts import orchestrator_messages
+
+    registry = offered_registry(None, agents=["cot", "sc"])
+    (tmp_path / "user.txt").write_text("A {example_chain} B {example_single} C {question}")
+    (tmp_path / "system.txt").write_text("")
+    (tmp_path / "second_user.txt").write_text("")
+    high = orchestrator_messages("q", "high", registry=registry, prompt=str(tmp_path))[-1]["content"]
+    assert "Given ${A1}" in high.split(" B ")[0] and "one agent gets the whole task" in high.split(" B ")[1]
+    low = orchestrator_messages("q", "low", registry=registry, prompt=str(tmp_path))[-1]["content"]
+    assert low.startswith("A  B <thinking>") and "<agent_output_id>" in low
+    wiring = orchestrator_messages("q", "high", registry=registry, prompt="recipes/prompts/wiring")[-1]["content"]
+    assert "Given ${A1}" in wiring and "one agent gets the whole task" not in wiring

@@ -160,6 +160,7 @@ def test_wiring_recipes_parse_and_differ_only_where_they_say(name):
     base = parse_config(["--config", str(RECIPES / "cpu_wiring.yaml")])
     assert cfg.model == "embedded" and cfg.constrained and cfg.merge and cfg.agent_kinds == ["cot", "sc"]
     assert cfg.dataset == base.dataset and cfg.dataset.endswith("split=train")
+    assert cfg.prompt == (None if cfg.dom == "low" else "recipes/prompts/wiring")
     assert (cfg.max_steps, cfg.num_generations, cfg.learning_rate) == (base.max_steps, base.num_generations,
                                                                        base.learning_rate)
     if name == "cpu_wiring_low.yaml":

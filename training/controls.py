@@ -81,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--temperature", type=float, default=0.5, help="orchestrator temperature (paper's 0.5)")
     parser.add_argument("--max-tokens", type=int, default=320, help="orchestrator tokens (the recipe's budget)")
     parser.add_argument("--agents", default="cot,sc", help="offered kinds (the recipe's)")
+    parser.add_argument("--prompt", default="recipes/prompts/wiring",
+                        help="high-DoM prompt template folder (the recipe's); the low-DoM arm uses our low prompt")
     parser.add_argument("--seed", type=int, default=1, help="test-problem generation seed")
     parser.add_argument("--skip-base", action="store_true", help="leave out the base arm")
     parser.add_argument("--out", default="runs/controls", help="folder of the eval run directories")
@@ -101,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                 out_dir=out / f"depth{depth}-arm{i}-{arm.control or arm.dom}-{Path(arm.orchestrator).name}",
                 temperature=args.temperature, max_tokens=args.max_tokens, max_agents=4,
                 agents=[a.strip() for a in args.agents.split(",")], control=arm.control, progress=False, plot=False,
+                prompt=args.prompt if arm.dom == "high" else None,
                 data_name=f"masbench:depth:{depth}:n={args.n}:seed={args.seed}:split=test", concurrency=4,
             )
             rows.append(table_row(arm.label, depth, summary))

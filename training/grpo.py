@@ -203,7 +203,7 @@ def _validation_callback(cfg: OrchestraGRPOConfig, reward_kwargs: dict[str, Any]
     from training.validation import ValidationCallback, ValidationRunner
 
     rows = filter_long_prompts(
-        build_dataset(cfg.val_dataset, cfg.dom, registry=registry, limit=cfg.val_limit), tokenizer,
+        build_dataset(cfg.val_dataset, cfg.dom, registry=registry, limit=cfg.val_limit, prompt=cfg.prompt), tokenizer,
         cfg.max_prompt_length,
     )
     runner = ValidationRunner(
