@@ -199,3 +199,26 @@ def test_dead_group_share_counts_groups_without_advantage():
     records = [RolloutRecord(index=i, status="ok", reward=r, question=q)
                for i, (q, r) in enumerate([("a", 0.0), ("a", 0.0), ("b", 1.0), ("b", 0.0), ("c", 1.0), ("c", 1.0)])]
     assert summarize(records)["dead_group_share"] == pytest.approx(2 / 3)
+
+
+def test_controls_replay_the_same_plans(depth3):
+    from mas_orchestra.bench.evaluation.controls import areplay_with_control
+    from mas_orchestra.bench.evaluation.summary import summarize as summarize_eval
+    from training.controls import table_row
+
+    registry = offered_registry(None, agents=["cot", "sc"])
+    row = depth3[1]
+    records = [{"id": row["id"], "sample": s, "question": row["question"], "truth": row["answer"],
+                "orchestration": text} for s, text in enumerate([chain(3), chain(4), "not a plan"])]
+    ablated = asyncio.run(areplay_with_control(records, "ablate-wiring", subagent=CALC, registry=registry))
+    assert [r["status"] for r in ablated] == ["ok", "ok", "invalid_spec"]
+    assert [r["correct"] for r in ablated] == [False, False, False]
+    assert all("${" not in n["input"] for r in ablated[:2] for n in r["spec"]["nodes"])
+    randomised = asyncio.run(areplay_with_control(records, "random-graph", subagent=CALC, registry=registry))
+    assert [len(r["spec"]["nodes"]) for r in randomised[:2]] == [3, 4]
+    again = asyncio.run(areplay_with_control(records, "random-graph", subagent=CALC, registry=registry))
+    assert [r["spec"] for r in again] == [r["spec"] for r in randomised]  # seeded by id and sample
+    line = table_row("trained, wiring ablated", 3, summarize_eval(ablated))
+    assert line.startswith("| trained, wiring ablated | 3 | 0.0% (0/3) | 3.50 | 3.50 | 1.00 | 0% |")
+    with pytest.raises(ValueError, match="unknown control"):
+        asyncio.run(areplay_with_control(records, "shuffle", subagent=CALC, registry=registry))
