@@ -185,8 +185,9 @@ async def areplay_with_control(
             continue
         spec = _controlled(spec, control, registry, f"{record['id']}#{base['sample']}")
         outcome = await execute_spec(spec, record["question"], model=model, registry=registry, settings=settings)
-        correct = bool(outcome.answer is not None and await agrade(outcome.answer, record.get("truth"), grader,
-                                                                  question=record["question"]))
+        truth = record.get("truth")
+        correct = bool(outcome.answer is not None and truth is not None
+                       and await agrade(outcome.answer, truth, grader, question=record["question"]))
         out.append({**base, "status": outcome.status.value, "valid": True, "correct": correct,
                     "answer": outcome.answer, "usage": outcome.usage.model_dump(mode="json"),
                     "spec": spec.model_dump(mode="json"), "error": outcome.error})
