@@ -222,3 +222,31 @@ def test_controls_replay_the_same_plans(depth3):
     assert line.startswith("| trained, wiring ablated | 3 | 0.0% (0/3) | 3.50 | 3.50 | 1.00 | 0% |")
     with pytest.raises(ValueError, match="unknown control"):
         asyncio.run(areplay_with_control(records, "shuffle", subagent=CALC, registry=registry))
+
+
+def test_partial_credit_counts_how_far_up_the_chain_the_final_agent_got():
+    from training.data import load_masbench
+    from training.rewards import stated_share
+
+    row = load_masbench("depth", [3], n=1, seed=0, split="test")[0]
+    facts = row["intermediates"]
+    assert len(facts) >= 3 and all(f.startswith("the ") and " = " in f for f in facts)
+    reward = make_outcome_reward(subagent=CALC, registry=offered_registry(None, agents=["cot", "sc"]),
+                                 partial_credit_weight=0.5)
+    out = asyncio.run(reward(
+        prompts=[[{"role": "user", "content": row["question"]}]] * 4,
+        completions=[chain(1), chain(2), chain(3, wired=False), chain(3)], answer=[row["answer"]] * 4,
+        question=[row["question"]] * 4, intermediates=[facts] * 4,
+    ))
+    partial = [r.partial for r in reward.last_batch["records"]]
+    assert out[3] == 1.0 and partial[0] == partial[2] < partial[1] < 1.0  # unwired = one agent's reach
+    assert out[0] == pytest.approx(0.5 * partial[0]) and out[1] == pytest.approx(0.5 * partial[1])
+    assert reward.last_batch["metrics"]["partial_credit/mean"] == pytest.approx(sum(partial) / 4)
+    # the matcher: the name, then the value, no other digit between; a longer number is not the value
+    assert stated_share("the number of a = 5; the number of b = 17", ["the number of a = 5", "the number of b = 1"]) == 0.5
+    assert stated_share("anything", []) == 0.0
+    with pytest.raises(ValueError, match="never score like a right one"):
+        make_outcome_reward(subagent=CALC, partial_credit_weight=1.0)
+    zero = make_outcome_reward(subagent=CALC, registry=offered_registry(None, agents=["cot", "sc"]))
+    assert asyncio.run(zero(prompts=[[{"role": "user", "content": "x"}]], completions=[chain(2)],
+                            answer=[row["answer"]], question=[row["question"]], intermediates=[facts])) == [0.0]

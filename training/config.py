@@ -102,6 +102,9 @@ class OrchestraGRPOConfig:
     final_answer_weight: float = field(default=1.0, metadata=_help("reward of a correct executed answer"))
     execution_success_weight: float = field(default=0.0, metadata=_help(
         "reward bonus for a MAS that executed without error (the original had 0.1, set to 0 in reported runs)"))
+    partial_credit_weight: float = field(default=0.0, metadata=_help(
+        "reward of a wrong but executed answer per share of the task's intermediate facts its final agent states "
+        "(MASBench rows carry them); must be below final_answer_weight; 0 = off (the paper's reward)"))
     # -- validation during training (the original's trainer.val_before_train / test_freq / val_kwargs) ---------
     val_dataset: str | None = field(default=None, metadata=_help(
         "held-out data evaluated during training, same forms as --dataset (masbench:…, masbench-official:…, "
@@ -216,6 +219,9 @@ class OrchestraGRPOConfig:
         choice("grader", VALID_KINDS)
         choice("cost_metric", ("subagent_calls", "total_tokens", "cost_usd"))
         choice("cost_reward", ("linear", "group"))
+        if self.partial_credit_weight and not 0 < self.partial_credit_weight < self.final_answer_weight:
+            problems.append(f"partial_credit_weight={self.partial_credit_weight!r}: must be in [0, "
+                            f"final_answer_weight={self.final_answer_weight!r})")
         if self.cost_reward == "group" and not 0 <= self.cost_weight < 1:
             problems.append(f"cost_weight={self.cost_weight!r}: with cost_reward group it must be in [0, 1), so a "
                             "correct answer always outscores a wrong one")

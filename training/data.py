@@ -30,6 +30,8 @@ from typing import Any
 
 from mas_orchestra.bench.datasets import read_rows
 from mas_orchestra.bench.masbench import generate
+from mas_orchestra.bench.masbench.graph import ancestors
+from mas_orchestra.bench.masbench.graph import evaluate as evaluate_graph
 from mas_orchestra.bench.masbench.official import is_official_source, load_official_source
 from mas_orchestra.prompts import orchestrator_messages
 from mas_orchestra.registry import AgentRegistry, default_registry
@@ -101,13 +103,25 @@ def load_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 
 def load_masbench(axis: str, values: Sequence[int], n: int = 8, seed: int = 0, split: str = "train") -> list[dict]:
-    """MASBench problems generated on the fly (:func:`mas_orchestra.bench.masbench.generate`)."""
+    """MASBench problems generated on the fly (:func:`mas_orchestra.bench.masbench.generate`), each with its
+    ``intermediates``: the computed quantities the answers depend on, as ``the <quantity> = <value>`` facts (the
+    reward's optional partial credit counts how many of them the final agent's text states)."""
     rows = generate(axis, list(values), n, seed, split)
     return [
         {"id": r["id"], "question": r["question"], "answer": _answers(r["answer"], r["id"]),
-         "source": f"masbench-{axis}"}
+         "source": f"masbench-{axis}", "intermediates": intermediate_facts(r["graph"], r["targets"])}
         for r in rows
     ]
+
+
+def intermediate_facts(graph: Mapping[str, Mapping[str, Any]], targets: Sequence[str]) -> list[str]:
+    """``the <quantity> = <value>`` for every computed (non-constant) quantity the targets depend on, targets
+    included, in a stable order."""
+    values = evaluate_graph(graph)  # type: ignore[arg-type]
+    needed: set[str] = set()
+    for target in targets:
+        needed |= ancestors(graph, target)  # type: ignore[arg-type]
+    return [f"the {name} = {values[name]}" for name in graph if name in needed and graph[name]["op"] != "const"]
 
 
 def _first_user_text(prompt: Any) -> str:
@@ -237,6 +251,7 @@ def to_trl_rows(
             "answer": list(row["answer"]),
             "id": str(row["id"]),
             "source": str(row.get("source", "")),
+            "intermediates": [str(f) for f in row.get("intermediates") or ()],
         })
     return out
 

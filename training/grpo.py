@@ -282,7 +282,7 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         final_answer_weight=cfg.final_answer_weight, execution_success_weight=cfg.execution_success_weight,
         max_concurrency=cfg.reward_concurrency, timeout=cfg.reward_timeout, max_retries=cfg.max_retries,
         registry=registry, cost_metric=cfg.cost_metric, cost_reward=cfg.cost_reward, call_timeout=cfg.call_timeout,
-        judge=cfg.judge,
+        judge=cfg.judge, partial_credit_weight=cfg.partial_credit_weight,
         constrained=None if cfg.constrained else False, strict=cfg.strict,
     )
     reward = make_outcome_reward(**reward_kwargs)

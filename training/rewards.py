@@ -16,7 +16,8 @@ status                               reward
 ``compile_error``                    0
 ``exec_error`` / ``timeout``         0 (the MAS did not execute successfully: no execution bonus)
 ``crash`` (any other exception)      0, logged with its traceback; the rest of the batch goes on
-``ok``, wrong answer                 ``execution_success_weight``
+``ok``, wrong answer                 ``execution_success_weight`` (+ ``partial_credit_weight`` × the share of
+                                     the row's ``intermediates`` the final agent states, when given)
 ``ok``, correct answer               ``execution_success_weight + max(0, final_answer_weight -
                                      cost_weight × cost)``
 ===================================  ===========================================================
@@ -42,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 import statistics
 import threading
 import time
@@ -71,6 +73,7 @@ __all__ = [
     "make_outcome_reward",
     "orchestra_registry",
     "question_from_prompt",
+    "stated_share",
     "summarize",
 ]
 
@@ -117,6 +120,8 @@ class RolloutRecord:
     spec_warnings: dict[str, int] = field(default_factory=dict)
     #: True when the answer graded was the whole completion (``whole_response_fallback``).
     whole_response: bool = False
+    #: Share of the task's intermediate facts the final agent's text states (None: the row has none).
+    partial: float | None = None
     #: The parsed spec's structure (:class:`mas_orchestra.spec.structure.Structure` as a dict); None if invalid.
     structure: dict[str, Any] | None = None
 
@@ -189,6 +194,8 @@ def summarize(records: Sequence[RolloutRecord], kinds: Sequence[str] = ()) -> di
       (``agents_mean``, ``depth_mean`` along edges, ``ref_depth_mean`` along ``${id}`` references, ``width_mean``,
       ``edges_mean``, ``wired_share``; see :func:`mas_orchestra.spec.structure.summarize_structures`);
       ``structure/correct_ref_depth_mean``: ``ref_depth`` of the correct ones (0 when none);
+    - ``partial_credit/mean``: mean share of the task's intermediate facts the final agent stated, over the
+      executed rollouts whose rows carry ``intermediates`` (0 when none do);
     - ``dead_group_share``: share of groups (rollouts of the same question) whose rewards are all equal, so their
       GRPO advantages are zero and they give the policy no gradient.
     """
@@ -226,6 +233,8 @@ def summarize(records: Sequence[RolloutRecord], kinds: Sequence[str] = ()) -> di
     for key in STRUCTURE_KEYS:
         out[f"structure/{key}"] = structure[key]
     out["structure/correct_ref_depth_mean"] = _mean([shape.ref_depth for r, shape in measured if r.correct])
+    partial = [r.partial for r in records if r.partial is not None]
+    out["partial_credit/mean"] = _mean(partial)  # share of intermediate facts stated, over rollouts that had any
     groups: dict[str, list[float]] = {}
     for r in records:
         groups.setdefault(r.question, []).append(r.reward)
@@ -268,6 +277,7 @@ class OutcomeReward:
         settings: RunSettings | None = None,
         strict: bool = False,
         whole_response_fallback: bool = False,
+        partial_credit_weight: float = 0.0,
     ) -> None:
         self.dom = check_dom(dom)
         if grader not in VALID_KINDS:
@@ -280,6 +290,9 @@ class OutcomeReward:
             raise ValueError(f"unknown cost_reward {cost_reward!r}; valid: {', '.join(COST_REWARDS)}")
         if cost_reward == "group" and not 0 <= cost_weight < 1:
             raise ValueError(f"cost_weight={cost_weight!r}: with cost_reward='group' it must be in [0, 1)")
+        if partial_credit_weight and not 0 < partial_credit_weight < final_answer_weight:
+            raise ValueError(f"partial_credit_weight={partial_credit_weight!r} must be in [0, final_answer_weight="
+                                 f"{final_answer_weight!r}): a wrong answer must never score like a right one")
         if not isinstance(max_concurrency, int) or max_concurrency < 1:
             raise ValueError(f"max_concurrency must be an int >= 1, got {max_concurrency!r}")
         #: How each multi-agent system runs (validated once here, handed whole to every execute_spec).
@@ -303,6 +316,7 @@ class OutcomeReward:
         self.constrained = constrained
         self.strict = bool(strict)
         self.whole_response_fallback = bool(whole_response_fallback)
+        self.partial_credit_weight = float(partial_credit_weight)
         self.last_batch: dict[str, Any] | None = None
         self.history: list[dict[str, float]] = []
         self.calls = 0
@@ -324,8 +338,11 @@ class OutcomeReward:
             questions = [question_from_prompt(p) for p in prompts]
         started = time.perf_counter()
         semaphore = asyncio.Semaphore(self.max_concurrency)
+        facts = kwargs.get("intermediates")
+        if facts is None or len(facts) != n:
+            facts = [None] * n
         records = await asyncio.gather(
-            *(self._rollout(i, completions[i], questions[i], answer[i], semaphore) for i in range(n))
+            *(self._rollout(i, completions[i], questions[i], answer[i], semaphore, facts[i]) for i in range(n))
         )
         if self.cost_reward == "group" and self.cost_weight:
             ids = kwargs.get("id")
@@ -354,13 +371,14 @@ class OutcomeReward:
     # -- one rollout ----------------------------------------------------------------------------
 
     async def _rollout(
-        self, index: int, completion: Any, question: Any, truth: Any, semaphore: asyncio.Semaphore
+        self, index: int, completion: Any, question: Any, truth: Any, semaphore: asyncio.Semaphore,
+        facts: Sequence[str] | None = None,
     ) -> RolloutRecord:
         record = RolloutRecord(index=index)
         started = time.perf_counter()
         try:
             async with semaphore:
-                await self._score(record, completion, question, truth)
+                await self._score(record, completion, question, truth, facts)
         except Exception as exc:  # one broken rollout scores 0; the step goes on
             record.status, record.reward, record.correct = "crash", 0.0, False
             record.error = f"{type(exc).__name__}: {exc}"
@@ -368,7 +386,8 @@ class OutcomeReward:
         record.wall_s = time.perf_counter() - started
         return record
 
-    async def _score(self, record: RolloutRecord, completion: Any, question: Any, truth: Any) -> None:
+    async def _score(self, record: RolloutRecord, completion: Any, question: Any, truth: Any,
+                     facts: Sequence[str] | None = None) -> None:
         text = completion_text(completion)
         record.question, record.completion = str(question), text
         truths = _truths(truth)
@@ -409,6 +428,8 @@ class OutcomeReward:
             await agrade(outcome.answer or "", truths, self.grader, question=str(question), judge=self.judge,
                          timeout=self.grade_timeout)
         )
+        if facts is not None and len(facts) and spec.sink in outcome.node_results:
+            record.partial = stated_share(outcome.node_results[spec.sink].text(), facts)
         record.reward = self.reward_for(record)
 
     def cost_of(self, record: RolloutRecord) -> float:
@@ -428,6 +449,8 @@ class OutcomeReward:
         if record.correct:
             penalty = self.cost_weight * self.cost_of(record) if self.cost_reward == "linear" else 0.0
             reward += max(0.0, self.final_answer_weight - penalty)
+        elif record.partial is not None:
+            reward += self.partial_credit_weight * record.partial
         return float(reward)
 
     # -- metrics for the trainer ----------------------------------------------------------------
@@ -452,6 +475,26 @@ class OutcomeReward:
             f"OutcomeReward(dom={self.dom!r}, grader={self.grader!r}, subagent={type(self.subagent).__name__}, "
             f"max_concurrency={self.max_concurrency}, timeout={self.settings.timeout})"
         )
+
+
+def stated_share(text: str, facts: Sequence[str]) -> float:
+    """Share of ``facts`` (``the <quantity> = <value>``) that ``text`` states: the quantity's name followed,
+    within 40 characters that hold no other digit, by the value. This is the partial credit of a MASBench
+    rollout: how far up the dependency chain the final agent got.
+
+    Args:
+        text: the final agent's output (reasoning and answer).
+        facts: the intermediate facts of the task (``intermediates`` column of MASBench rows).
+
+    Returns:
+        A number in [0, 1] (0 for no facts).
+    """
+    found = 0
+    for fact in facts:
+        name, _, value = fact.removeprefix("the ").rpartition(" = ")
+        if name and re.search(re.escape(name) + r"\D{0,40}?(?<!\d)" + re.escape(value.strip()) + r"(?!\d)", text):
+            found += 1
+    return found / len(facts) if facts else 0.0
 
 
 def group_cost_rewards(records: Sequence[RolloutRecord], groups: Sequence[str], reward: OutcomeReward) -> list[float]:
@@ -513,7 +556,8 @@ def make_outcome_reward(
     ``graph_concurrency`` and ``retry_initial_delay`` override its fields), ``strict`` (any parser leniency
     makes a completion ``invalid_spec``, reward 0), ``whole_response_fallback`` (the original reward's
     behaviour: a completion with no agent and no ``<answer>`` is graded as a direct answer on its whole text;
-    off by default).
+    off by default), ``partial_credit_weight`` (a wrong but executed answer earns this weight times the share of
+    the row's ``intermediates`` facts its final agent states, see :func:`stated_share`; 0 = off).
     """
     return OutcomeReward(
         subagent=subagent, dom=dom, grader=grader, search=search, cost_weight=cost_weight,
