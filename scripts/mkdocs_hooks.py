@@ -13,6 +13,7 @@ import contextlib
 import io
 import os
 import re
+import sys
 from pathlib import Path
 
 from mkdocs.exceptions import PluginError
@@ -55,6 +56,8 @@ def _command_sections(parser: argparse.ArgumentParser, path: list[str], level: i
 
 def render_cli_reference() -> str:
     """The help of ``mas-orchestra`` and every subcommand (recursively), as Markdown sections."""
+    if str(REPO) not in sys.path:  # this checkout's code, not whichever copy the environment installed
+        sys.path.insert(0, str(REPO))
     from mas_orchestra.cli import build_parser
 
     previous = os.environ.get("COLUMNS")
