@@ -51,10 +51,29 @@ async def execute_spec(
 ) -> Outcome:
     """Compile and run an already parsed spec; the outcome statuses are those of :class:`Orchestra`.
 
-    ``settings``: the run's bounds and retries (:class:`~mas_orchestra.settings.RunSettings`, default its
-    defaults); the keywords ``timeout``, ``max_retries``, ``max_concurrency``, ``call_timeout`` and
-    ``retry_initial_delay`` are still accepted and, when given, override the matching field. ``constrained``
-    decodes the sub-agents' replies under the reply grammar (see :class:`Orchestra`).
+    Args:
+        spec: The validated spec.
+        question: The task.
+        model: The sub-agent model (a chat model or a model string).
+        search: The search backend for search nodes.
+        registry: The registry the spec was parsed with (default: the default registry).
+        settings: The run's bounds and retries (:class:`~mas_orchestra.settings.RunSettings`, default its
+            defaults).
+        timeout: Seconds for the whole run; overrides ``settings``.
+        max_retries: Retries of transient model errors; overrides ``settings``.
+        max_concurrency: Model calls in flight; overrides ``settings``.
+        call_timeout: Seconds for one sub-agent call; overrides ``settings``.
+        retry_initial_delay: Seconds before the first retry; overrides ``settings``.
+        orchestration: The text the spec was read from, kept in the outcome.
+        callbacks: LangChain callbacks added to every model call.
+        constrained: Decode the sub-agents' replies under the reply grammar (see :class:`Orchestra`).
+
+    Returns:
+        The outcome; a failing node or a time-out is its status, not an exception.
+
+    Raises:
+        ConstrainedDecodingError: ``constrained=True`` and the model cannot decode under a grammar.
+        TypeError: ``settings`` is not a ``RunSettings``.
     """
     settings = RunSettings.of(
         settings, timeout=timeout, max_retries=max_retries, max_concurrency=max_concurrency,

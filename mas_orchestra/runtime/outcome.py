@@ -22,7 +22,22 @@ __all__ = ["Outcome", "RunRecord", "Status", "node_events", "whole_response_answ
 
 
 class Outcome(BaseModel):
-    """Everything about one run."""
+    """Everything about one run. No status is an exception: a run always ends in an ``Outcome``.
+
+    Attributes:
+        status: How the run ended.
+        question: The task.
+        answer: The sink's answer (``None`` unless the graph ran to its end).
+        spec: The spec the orchestrator wrote, when it parsed.
+        orchestration: The orchestrator's raw text.
+        node_results: Each finished node's result, by node id (restored ones included).
+        finished_nodes: The ids of the nodes that finished (on a time-out: those that had).
+        error: The message, for every status but ``ok``.
+        failed_node: The node that failed, when one did.
+        usage: Model calls, tokens, cost and wall time of this invocation.
+        thread_id: The checkpointed thread this run lives on (``None`` without a checkpointer).
+        interrupt: What the approval interrupt shows, when the status is ``interrupted``.
+    """
 
     status: Status
     question: str
@@ -46,12 +61,15 @@ class Outcome(BaseModel):
 
     @property
     def ok(self) -> bool:
+        """The status is ``ok``."""
         return self.status is Status.OK
 
     @property
     def spec_warnings(self) -> dict[str, int]:
-        """How many leniencies of each kind reading the orchestration needed (``{}`` for a clean text or no
-        spec); see :class:`~mas_orchestra.spec.SpecWarning`."""
+        """How many leniencies of each kind reading the orchestration needed.
+
+        ``{}`` for a clean text or no spec; see :class:`~mas_orchestra.spec.SpecWarning`.
+        """
         return count_warnings(self.spec.warnings) if self.spec is not None else {}
 
     @property
