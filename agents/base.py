@@ -117,7 +117,15 @@ class Usage(BaseModel):
 
 
 class AgentResult(BaseModel):
-    """What one agent produced: its reasoning, its final answer and what it cost."""
+    """What one agent produced: its reasoning, its final answer and what it cost.
+
+    Attributes:
+        agent: The agent kind that produced it.
+        thinking: The reasoning (the reply's ``<thinking>``).
+        answer: The final answer (the reply's ``<answer>``).
+        usage: Calls and tokens of this agent.
+        details: Kind-specific extras as plain data (votes, rounds, tool calls …).
+    """
 
     agent: str
     thinking: str = ""
@@ -126,7 +134,11 @@ class AgentResult(BaseModel):
     details: dict[str, Any] = Field(default_factory=dict)
 
     def text(self) -> str:
-        """Readable rendering used when this result fills a downstream ``${id}`` placeholder."""
+        """Readable rendering used when this result fills a downstream ``${id}`` placeholder.
+
+        Returns:
+            ``Reasoning: …`` (when there is any) and ``Answer: …`` lines.
+        """
         if self.thinking.strip():
             return f"Reasoning: {self.thinking.strip()}\nAnswer: {self.answer.strip()}"
         return f"Answer: {self.answer.strip()}"
@@ -411,6 +423,10 @@ class Agent:
 
     An agent instance is also a LangGraph node: ``builder.add_node("cot", CoTAgent(model))`` reads the
     task from the state key ``task`` (or ``question``) and writes ``result`` and ``answer``.
+
+    Attributes:
+        kind: The agent kind's canonical name.
+        params_model: The parameters a spec may set for this block (defaults and bounds), read by the registry.
     """
 
     kind: str = "agent"
@@ -418,6 +434,17 @@ class Agent:
     params_model: ClassVar[type[Params]] = Params
 
     async def arun(self, task: str) -> AgentResult:
+        """Solve a (sub-)task.
+
+        Args:
+            task: The (sub-)task text.
+
+        Returns:
+            The result: reasoning, answer and usage.
+
+        Raises:
+            SubAgentError: The model failed or never wrote a parsable reply.
+        """
         raise NotImplementedError
 
     async def __call__(self, state: Mapping[str, Any]) -> dict[str, Any]:

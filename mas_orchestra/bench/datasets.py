@@ -113,13 +113,22 @@ def read_rows(
     """Read and check rows from a JSONL file (or an iterable of dicts), in order.
 
     Every row needs ``question`` (non-empty string) and ``answer`` (string, number, or a non-empty list of
-    them for multi-answer tasks; numbers are written out as strings), and ``id`` (string or integer) unless
-    ``ids="default"`` (see :data:`IdPolicy`); blank lines are skipped and other keys kept. ``unique_ids``
-    rejects a repeated id, naming where it first appeared. An empty source gives ``[]``: whether that is an
-    error is the caller's call.
+    them for multi-answer tasks; numbers are written out as strings); blank lines are skipped and other keys
+    kept. An empty source gives ``[]``: whether that is an error is the caller's call.
 
-    Raises :class:`~mas_orchestra.errors.DataError` (a ``ValueError``) naming the file and line (or ``row
-    N`` for an iterable) of the first bad row, or a missing or non-UTF-8 file.
+    Args:
+        source: A JSONL file or an iterable of dicts.
+        ids: ``"require"``: every row needs an ``id`` (string or integer); ``"default"``: a missing one becomes
+            ``<stem>-<n>`` (see :data:`IdPolicy`).
+        unique_ids: Reject a repeated id, naming where it first appeared.
+
+    Returns:
+        The rows, in order.
+
+    Raises:
+        DataError: A bad row (a ``ValueError`` naming the file and line, or ``row N`` for an iterable), or a
+            missing or non-UTF-8 file.
+        ValueError: An unknown ``ids`` policy.
     """
     if ids not in ("require", "default"):
         raise ValueError(f"ids must be 'require' or 'default', got {ids!r}")

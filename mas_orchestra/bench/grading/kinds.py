@@ -99,14 +99,24 @@ def grade(
 ) -> bool:
     """Whether ``prediction`` answers correctly; see the module docstring for each kind.
 
-    ``truth`` is one answer or, for multi-answer tasks, a list: the prediction must hold exactly
-    ``len(truth)`` boxes, matching the answers in order (the original's rule for ``<<horizon>>`` rows).
-    ``timeout`` bounds Math-Verify (seconds, not counting a worker's one-off start-up); a check that runs out
-    of time grades False. ``question`` and ``judge`` are required for
-    ``kind="judge"``; errors raised by the judge model propagate (an API failure is not a wrong answer).
-    Raises ValueError for an unknown kind, an empty truth, or an mcq truth without a letter, and
-    ImportError (``pip install 'mas-orchestra[grading]'``) if kind="math" needs Math-Verify and it is
-    missing.
+    Args:
+        prediction: The system's answer.
+        truth: One answer or, for multi-answer tasks, a list: the prediction must hold exactly ``len(truth)``
+            boxes, matching the answers in order (the original's rule for ``<<horizon>>`` rows).
+        kind: ``math``, ``exact``, ``f1``, ``mcq`` or ``judge``.
+        question: The question (required for ``kind="judge"``).
+        judge: The judge chat model (required for ``kind="judge"``); errors it raises propagate (an API
+            failure is not a wrong answer).
+        timeout: Seconds Math-Verify may take (not counting a worker's one-off start-up); a check that runs out
+            of time grades False.
+
+    Returns:
+        Whether the prediction is correct.
+
+    Raises:
+        ValueError: An unknown kind, an empty truth, or an mcq truth without a letter.
+        ImportError: ``kind="math"`` needs Math-Verify and it is missing (``pip install
+            'mas-orchestra[grading]'``).
     """
     truths = _check(truth, kind)
     prediction = "" if prediction is None else str(prediction)
