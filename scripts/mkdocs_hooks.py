@@ -2,14 +2,17 @@
 
 * The example notebooks stay in ``examples/`` (where ``tests/test_notebooks.py`` executes them); they are added to
   the site as ``examples/<name>.ipynb`` before mkdocs-jupyter renders them (without executing them).
-* ``docs/reference/cli.md`` holds a marker that is replaced by the help of ``mas-orchestra`` and of each of its
-  subcommands, rendered from the argparse parser itself, so the reference cannot drift from the code.
+* ``docs/reference/cli.md`` holds markers that are replaced by the help of ``mas-orchestra`` (and of each of its
+  subcommands) and of ``python -m training.grpo``, rendered from the argparse parsers themselves, so the
+  reference cannot drift from the code. A parser that moves must be renamed in ``PARSERS`` (the strict build
+  fails until it is).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import io
 import os
 import re
@@ -22,7 +25,11 @@ from mkdocs.structure.files import File, Files
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
-CLI_MARKER = "<!-- cli-reference -->"
+# marker in a page → (the command as typed, "module:function returning the argparse parser", heading level)
+PARSERS = {
+    "<!-- cli-reference -->": ("mas-orchestra", "mas_orchestra.cli:build_parser", 2),
+    "<!-- training-cli-reference -->": ("python -m training.grpo", "training.config:build_parser", 3),
+}
 
 
 @event_priority(100)  # before mkdocs-jupyter's on_files, which turns .ipynb files into pages
@@ -54,16 +61,25 @@ def _command_sections(parser: argparse.ArgumentParser, path: list[str], level: i
     return sections
 
 
-def render_cli_reference() -> str:
-    """The help of ``mas-orchestra`` and every subcommand (recursively), as Markdown sections."""
+def render_cli_reference(marker: str = "<!-- cli-reference -->") -> str:
+    """The help of a command and every subcommand (recursively), as Markdown sections.
+
+    Args:
+        marker: A key of :data:`PARSERS`.
+
+    Returns:
+        Markdown: one section per (sub)command with its ``--help`` text.
+    """
     if str(REPO) not in sys.path:  # this checkout's code, not whichever copy the environment installed
         sys.path.insert(0, str(REPO))
-    from mas_orchestra.cli import build_parser
+    command, target, level = PARSERS[marker]
+    module_name, function = target.split(":")
+    build_parser = getattr(importlib.import_module(module_name), function)
 
     previous = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = "110"  # argparse wraps to $COLUMNS; a fixed width keeps the page the same everywhere
     try:
-        return "\n".join(_command_sections(build_parser(), ["mas-orchestra"], 2))
+        return "\n".join(_command_sections(build_parser(), [command], level))
     finally:
         if previous is None:
             os.environ.pop("COLUMNS", None)
@@ -72,8 +88,9 @@ def render_cli_reference() -> str:
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
-    if CLI_MARKER in markdown:
-        markdown = markdown.replace(CLI_MARKER, render_cli_reference())
+    for marker in PARSERS:
+        if marker in markdown:
+            markdown = markdown.replace(marker, render_cli_reference(marker))
     return markdown
 
 

@@ -97,6 +97,8 @@ def test_cli_reference_renders_every_subcommand_from_the_parser():
         assert f"## `mas-orchestra {name}`" in page, name
     assert "--orchestrator" in page and "--subagent-default" in page  # options come from the parser itself
     assert "### `mas-orchestra masbench generate`" in page  # nested subcommands too
+    training = hooks.render_cli_reference("<!-- training-cli-reference -->")
+    assert "### `python -m training.grpo`" in training and "--reward-concurrency" in training
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None, reason="mkdocs is not installed (the docs extra)")
