@@ -87,6 +87,7 @@ class Usage(BaseModel):
 
     @property
     def total_tokens(self) -> int:
+        """Input plus output tokens."""
         return self.input_tokens + self.output_tokens
 
     def record(self, model_name: str, message: BaseMessage | None) -> None:
@@ -162,6 +163,7 @@ Temperature = Annotated[float, Field(ge=0.0, le=2.0, description="Sampling tempe
 
 @dataclass(frozen=True)
 class ParsedReply:
+    """A sub-agent reply read as ``<thinking>…</thinking><answer>…</answer>`` (``raw``: the text as written)."""
     thinking: str
     answer: str
     raw: str
@@ -448,6 +450,7 @@ class Agent:
         raise NotImplementedError
 
     async def __call__(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """Run as a LangGraph node: the state's ``task`` (or ``question``) in, ``result`` and ``answer`` out."""
         task = state.get("task") or state.get("question")
         if not isinstance(task, str):
             raise TypeError(f"{type(self).__name__} node needs a 'task' or 'question' string in the state")

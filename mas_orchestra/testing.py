@@ -73,25 +73,31 @@ class ScriptedChatModel(BaseChatModel):
 
     @property
     def calls(self) -> int:
+        """Model calls made so far."""
         return self._calls
 
     @property
     def in_flight(self) -> int:
+        """Calls running now."""
         return self._in_flight
 
     @property
     def peak_in_flight(self) -> int:
+        """The most calls that ran at once."""
         return self._peak
 
     @property
     def prompts(self) -> list[str]:
+        """The prompt text of every call, in order."""
         return list(self._prompts)
 
     @property
     def call_kwargs(self) -> list[dict[str, Any]]:
+        """The keyword arguments of every call, in order."""
         return list(self._kwargs)
 
     def reset(self) -> None:
+        """Forget every recorded call and counter."""
         with self._lock:
             self._calls = self._in_flight = self._peak = 0
             self._prompts.clear()

@@ -271,10 +271,12 @@ class OrchestraGRPOConfig:
 
     @property
     def lora_target_modules(self) -> str | list[str]:
+        """``all-linear``, or the comma list of ``lora_target`` as module names."""
         target = self.lora_target.strip()
         return target if target == "all-linear" else [t.strip() for t in target.split(",") if t.strip()]
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field by name (for logs and ``run_config.json``)."""
         return dataclasses.asdict(self)
 
 

@@ -210,16 +210,14 @@ def summarize(records: Sequence[RolloutRecord], kinds: Sequence[str] = ()) -> di
 class OutcomeReward:
     """Async GRPO reward over executed multi-agent systems; build it with :func:`make_outcome_reward`.
 
-    Each completion's orchestration is parsed, compiled and run, and its answer graded; the status table of
-    the module docstring turns the outcome into the reward.
+    Each completion's orchestration is parsed, compiled and run, and its answer graded; the module docstring's
+    table turns the outcome into the reward. Use it as ``GRPOTrainer(reward_funcs=[reward])``.
 
     Args:
-        subagent: The model every sub-agent runs on (a chat model or a model string, see
-            :func:`mas_orchestra.models.resolve_model`).
+        subagent: The model every sub-agent runs on (a chat model or a model string).
         dom: The degree of MAS the prompts asked for (the parser mode).
         grader: A :func:`mas_orchestra.bench.grading.grade` kind.
-        search: A search backend for WebSearchAgent nodes (without one the agent is not offered, see
-            :func:`orchestra_registry`).
+        search: A search backend for WebSearchAgent nodes (without one the agent is not offered).
         cost_weight: Penalty per unit of cost on a correct answer's reward (never below 0).
         cost_metric: ``subagent_calls`` | ``total_tokens`` (thousands) | ``cost_usd`` (priced).
         final_answer_weight: Reward of a correct answer.
@@ -233,30 +231,18 @@ class OutcomeReward:
         grade_timeout: Seconds Math-Verify may take on one answer.
         judge: The model for ``grader="judge"``.
         retry_initial_delay: Seconds before the first retry.
-        constrained: Sub-agent replies under the reply grammar, as :class:`mas_orchestra.Orchestra` takes it
-            (``None``: on for local models).
-        settings: A :class:`~mas_orchestra.settings.RunSettings` for each MAS; ``timeout``, ``max_retries``,
-            ``call_timeout``, ``graph_concurrency`` and ``retry_initial_delay`` override its fields.
+        constrained: Sub-agent replies under the reply grammar, as ``Orchestra`` takes it (``None``: local only).
+        settings: A ``RunSettings`` for each MAS; the keywords above override its fields.
         strict: Any parser leniency makes a completion ``invalid_spec`` (reward 0).
-        whole_response_fallback: The original reward's behaviour: a completion with no agent and no
-            ``<answer>`` is graded as a direct answer on its whole text (off by default).
+        whole_response_fallback: Grade a completion with no agent and no ``<answer>`` on its whole text.
 
     Raises:
-        ValueError: An unknown grader or cost metric, ``judge`` missing for the judge grader, or a bad
-            concurrency or setting.
+        ValueError: An unknown grader or cost metric, no ``judge`` for the judge grader, or a bad setting.
 
     Attributes:
-        last_batch: ``{"records": [...], "metrics": {...}, "n": int, "wall_s": float}`` of the latest call, or
-            ``None``.
+        last_batch: ``{"records", "metrics", "n", "wall_s"}`` of the latest call, or ``None``.
         history: The metrics of every call.
         calls: How many batches were scored.
-
-    Example:
-        ```python
-        reward = make_outcome_reward(subagent="python:mas_orchestra.bench.masbench:MasbenchCalculator",
-                                     dom="low", max_concurrency=32)
-        trainer = GRPOTrainer(model=..., reward_funcs=[reward], train_dataset=...)
-        ```
     """
 
     __name__ = "outcome_reward"
@@ -329,11 +315,10 @@ class OutcomeReward:
         """Score a batch of completions (TRL's reward-function signature).
 
         Args:
-            prompts: The prompts, one per completion (the question is read from them when the dataset has no
-                ``question`` column).
+            prompts: The prompts (the question is read from them without a ``question`` column).
             completions: The orchestrator's completions (text or chat messages).
             answer: The ground truth of each completion's question (the dataset's ``answer`` column).
-            **kwargs: Other dataset columns (``question`` is used when present) and TRL's extras (ignored).
+            **kwargs: Other dataset columns (``question`` is used) and TRL's extras (ignored).
 
         Returns:
             One reward per completion.
@@ -461,6 +446,7 @@ class OutcomeReward:
 
     @staticmethod
     def record_dicts(records: Sequence[RolloutRecord]) -> list[dict[str, Any]]:
+        """The records as plain dicts (for ``rollouts.jsonl``)."""
         return [asdict(r) for r in records]
 
     def __repr__(self) -> str:
@@ -486,31 +472,10 @@ def make_outcome_reward(
 ) -> OutcomeReward:
     """The outcome reward for ``GRPOTrainer(reward_funcs=[...])``.
 
-    Args:
-        subagent: The model every sub-agent runs on (a chat model or a model string, see
-            :func:`mas_orchestra.models.resolve_model`).
-        dom: The degree of MAS the prompts asked for (the parser mode).
-        grader: A :func:`mas_orchestra.bench.grading.grade` kind.
-        search: A search backend for WebSearchAgent nodes (without one the agent is not offered, see
-            :func:`orchestra_registry`).
-        cost_weight: Penalty per unit of cost on a correct answer's reward (never below 0).
-        final_answer_weight: Reward of a correct answer.
-        execution_success_weight: Reward of a system that ran to its end, correct or not.
-        max_concurrency: Multi-agent systems executed at once across the batch (the paper ran 128).
-        timeout: Seconds one MAS may run before it scores 0 as ``timeout``.
-        max_retries: Retries of transient sub-agent model errors.
-        registry: The agent registry (default: the built-in kinds).
-        **kwargs: Further keywords of :class:`OutcomeReward`: ``cost_metric`` (``subagent_calls`` |
-            ``total_tokens`` | ``cost_usd``), ``call_timeout``, ``graph_concurrency``, ``grade_timeout``,
-            ``judge``, ``retry_initial_delay``, ``constrained``, ``settings``, ``strict``,
-            ``whole_response_fallback``.
+    Takes :class:`OutcomeReward`'s arguments (documented there), the first eleven also by position.
 
     Returns:
         The reward object.
-
-    Raises:
-        ValueError: An unknown grader or cost metric, ``judge`` missing for the judge grader, or a bad
-            concurrency or setting.
     """
     return OutcomeReward(
         subagent=subagent, dom=dom, grader=grader, search=search, cost_weight=cost_weight,

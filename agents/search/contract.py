@@ -47,7 +47,9 @@ class Hit:
 class SearchBackend(Protocol):
     """Anything with ``search(query, k) -> list[Hit]``; an ``async asearch(query, k)`` twin is optional."""
 
-    def search(self, query: str, k: int = 5) -> list[Hit]: ...
+    def search(self, query: str, k: int = 5) -> list[Hit]:
+        """The ``k`` best hits for ``query``, best first."""
+        ...
 
 
 class SearchError(MasOrchestraError, RuntimeError):

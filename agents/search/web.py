@@ -72,6 +72,7 @@ class SearchCache:
 
     @property
     def enabled(self) -> bool:
+        """Whether the cache has an open database (``False`` when it is switched off)."""
         return self._conn is not None
 
     def get(self, kind: str, key: str) -> str | None:
@@ -108,6 +109,7 @@ class SearchCache:
                 logger.warning("search cache write failed: %s", exc)
 
     def close(self) -> None:
+        """Close the cache's database; later lookups miss."""
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
@@ -233,6 +235,7 @@ class PageFetcher:
         return text
 
     def close(self) -> None:
+        """Close the HTTP client this fetcher opened (a client passed in stays open)."""
         with self._lock:
             if self._own_client and self._client is not None:
                 self._client.close()

@@ -236,6 +236,7 @@ class ToolAgent(Agent):
         return text
 
     async def arun(self, task: str) -> AgentResult:
+        """Run the bounded tool-calling loop on the task (``details['tool_calls']`` lists the calls)."""
         usage, log = Usage(), []  # type: Usage, list[dict[str, Any]]
         tool_model = self._tools_model()
         native = tool_model is not None

@@ -95,6 +95,7 @@ class WindowComparison:
         return self.last_reward - self.first_reward
 
     def describe(self) -> str:
+        """One line: first → last reward and valid-spec rate, with the steps each window covers."""
         def span(steps: tuple[int, ...]) -> str:
             return f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
 

@@ -105,6 +105,7 @@ class PrefixCache:
         return len(self._entries)
 
     def clear(self) -> None:
+        """Drop every cached prefix."""
         with self._lock:
             self._entries.clear()
             self._bytes = 0

@@ -75,6 +75,7 @@ class PrefixStore:
 
     @property
     def enabled(self) -> bool:
+        """Whether the store is on (its byte budget is above 0)."""
         return self.max_bytes > 0
 
     def load_into(self, cache: Any) -> int:

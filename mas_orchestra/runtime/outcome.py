@@ -107,6 +107,7 @@ class RunRecord:
         self.interrupt: dict[str, Any] | None = None
 
     def outcome(self, status: Status, *, error: str | None = None, failed_node: str | None = None) -> Outcome:
+        """The run's :class:`Outcome` with ``status``: answer, spec, node results and usage so far."""
         return Outcome(
             status=status,
             question=self.question,

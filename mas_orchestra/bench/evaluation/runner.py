@@ -262,35 +262,23 @@ async def aevaluate(
         call_timeout: Seconds for one sub-agent call; overrides ``settings``.
         grade_timeout: Seconds Math-Verify may spend on one answer.
         plot: Write ``pareto.png`` (``False`` skips it).
-        constrained: Constrained decoding of orchestrations and sub-agent replies, as
-            :class:`~mas_orchestra.runtime.Orchestra` takes it (``None``: on for local models).
+        constrained: Constrained decoding, as :class:`~mas_orchestra.runtime.Orchestra` takes it.
         settings: The bounds and retries of each run (:class:`~mas_orchestra.settings.RunSettings`).
-        agents: Restricts the kinds offered to the orchestrator (as ``Orchestra(agents=...)``; evaluate a
-            trained orchestrator with the kinds it was trained on).
+        agents: Restricts the kinds offered to the orchestrator (as ``Orchestra(agents=...)``).
         max_agents: Caps a constrained orchestration's agents.
-        max_tokens: The orchestrator's budget per orchestration (evaluate a trained orchestrator with its
-            training ``max_completion_length``; ``None``: the Orchestra default).
+        max_tokens: The orchestrator's budget per orchestration (a trained one's ``max_completion_length``).
         strict: Any parser leniency makes a run ``invalid_spec`` (see :class:`~mas_orchestra.spec.SpecWarning`).
         prompt: The orchestrator's prompt template folder (:mod:`mas_orchestra.prompt_templates`; ``None``: ours).
-        whole_response_fallback: Grade an orchestration with no agent and no ``<answer>`` as a direct answer,
-            the whole response being the answer (the original reward's behaviour; off by default).
+        whole_response_fallback: Grade an orchestration with no agent and no ``<answer>`` on its whole text.
 
     Returns:
-        The summary: ``avg_at_k``, ``pass_at_k``, ``valid_rate``, per-status counts, calls, tokens, cost, wall
-        time and the agent histogram (see :func:`~mas_orchestra.bench.evaluation.summarize`).
+        The summary (see :func:`~mas_orchestra.bench.evaluation.summarize`).
 
     Raises:
         EvalInputError: Bad rows or arguments (:class:`ConfigMismatchError` for an ``out_dir`` of another run).
         MissingCredentialsError: A model string whose API key is not set.
         MissingExtraError: A model, grader or backend whose optional package is not installed.
         ValueError: A malformed model or backend string.
-
-    Example:
-        ```python
-        summary = await aevaluate("depth.jsonl", baseline="reflexion", out_dir="runs/reflexion",
-                                  subagent="python:mas_orchestra.bench.masbench:MasbenchCalculator")
-        print(summary["avg_at_k"], summary["valid_rate"])
-        ```
     """
     started = time.perf_counter()
     _check_arguments(grader, dom, samples, concurrency, baseline, limit, judge)
@@ -479,18 +467,17 @@ async def _run_pending(
 def evaluate(
     rows: str | os.PathLike[str] | Iterable[Mapping[str, Any]], **kwargs: Any
 ) -> dict[str, Any]:
-    """Synchronous :func:`aevaluate` (not from inside a running event loop).
+    """Synchronous :func:`aevaluate` (not from inside a running event loop); same errors.
 
     Args:
-        rows: A JSONL path, a ``masbench-official:…`` source or an iterable of ``{id, question, answer}`` dicts.
-        **kwargs: The keyword arguments of :func:`aevaluate`.
+        rows: As :func:`aevaluate` takes them.
+        **kwargs: :func:`aevaluate`'s keyword arguments.
 
     Returns:
-        The summary, as :func:`aevaluate` returns it.
+        The summary.
 
     Raises:
         RuntimeError: Called inside a running event loop.
-        EvalInputError: Bad rows or arguments (and the other errors of :func:`aevaluate`).
     """
     try:
         asyncio.get_running_loop()

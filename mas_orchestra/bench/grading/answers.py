@@ -111,11 +111,13 @@ def math_key(s: str) -> str:
 
 
 def mv_gold(truth: str) -> str:
+    """The gold answer boxed, so Math-Verify parses a bare ``25`` or ``\\frac{1}{2}`` as the answer itself."""
     # Boxed, so Math-Verify parses a bare "25" or "\frac{1}{2}" gold as the answer itself.
     return "\\boxed{" + _math_clean(truth) + "}"
 
 
 def mv_pred(prediction: str, boxed: bool) -> str:
+    """The prediction as Math-Verify reads it: boxed when ``boxed``, else as written."""
     return "\\boxed{" + _math_clean(prediction) + "}" if boxed else prediction
 
 
@@ -148,6 +150,7 @@ def _qa_text(s: str) -> str:
 
 
 def token_f1(prediction: str, truth: str) -> float:
+    """SQuAD/HotpotQA token F1 of the normalised strings (yes/no/noanswer must match exactly)."""
     pred = normalize_answer(_qa_text(prediction))
     gold = normalize_answer(_qa_text(truth))
     # As in HotpotQA's official evaluation: yes/no/noanswer must match exactly, token overlap is no credit.
@@ -165,6 +168,7 @@ def token_f1(prediction: str, truth: str) -> float:
 
 
 def exact_match(prediction: str, truth: str) -> bool:
+    """Whether the normalised prediction equals the normalised truth (SQuAD/HotpotQA EM)."""
     return normalize_answer(_qa_text(prediction)) == normalize_answer(_qa_text(truth))
 
 
@@ -211,6 +215,7 @@ def extract_choice(text: str) -> str | None:
 
 
 def mcq_match(prediction: str, truth: str) -> bool:
+    """Whether the prediction names the truth's choice letter (A-E); a truth without one raises ``ValueError``."""
     gold = extract_choice(truth)
     if gold is None:
         raise ValueError(f"mcq truth must name a letter A-E, got {truth!r}")
@@ -232,6 +237,7 @@ def _judge_template() -> string.Template:
 
 
 def judge_messages(question: str, response: str, truths: list[str]) -> list[dict[str, str]]:
+    """The judge model's chat messages for grading ``response`` against the truths."""
     answer = truths[0] if len(truths) == 1 else "\n".join(f"{i}. {t}" for i, t in enumerate(truths, 1))
     prompt = _judge_template().safe_substitute(question=question, response=response, answer=answer)
     return [{"role": "user", "content": prompt}]

@@ -93,6 +93,7 @@ def text_rule(chars: int, *, exclude: str = "<", first_nonspace: bool = False, f
 
 
 def bounds_of(info: FieldInfo) -> dict[str, Any]:
+    """The numeric and length bounds (``ge``, ``gt``, ``le``, ``lt``, ``min_length``, ``max_length``) of a field."""
     out: dict[str, Any] = {}
     for meta in info.metadata:
         for attr, cls in (("ge", Ge), ("gt", Gt), ("le", Le), ("lt", Lt), ("min_length", MinLen),
@@ -103,6 +104,7 @@ def bounds_of(info: FieldInfo) -> dict[str, Any]:
 
 
 def unwrap_optional(annotation: Any) -> Any:
+    """``X`` for ``X | None`` (``Optional[X]``), else the annotation unchanged."""
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
@@ -196,6 +198,7 @@ def _value_grammar(kind: AgentKind, name: str, info: FieldInfo, limits: GrammarL
 
 
 def params_grammar(kind: AgentKind, limits: GrammarLimits) -> str:
+    """The grammar of a kind's ``<required_arguments>`` parameters, each within its caps."""
     parts: list[str] = []
     for name, info in kind.params.model_fields.items():
         tag = kind.xml_tag(name)
@@ -205,6 +208,7 @@ def params_grammar(kind: AgentKind, limits: GrammarLimits) -> str:
 
 
 def offered_kinds(registry: AgentRegistry | None) -> list[AgentKind]:
+    """The registry's kinds, checked to be expressible (``GrammarError`` naming a kind and parameter if not)."""
     kinds = (registry or default_registry).kinds()
     if not kinds:
         raise GrammarError("the registry offers no agent kinds; nothing to orchestrate")
