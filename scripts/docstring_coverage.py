@@ -54,11 +54,19 @@ def _documented_names(obj) -> set[str] | None:
     if obj.is_class and "__init__" in obj.members and not obj.members["__init__"].is_alias:
         sources.append(obj.members["__init__"])
     names: set[str] | None = None
+    if obj.is_class and "dataclass" in obj.labels:
+        # A dataclass's parameters are its fields: documented in an Attributes: section, by an attribute
+        # docstring, or (our training config's convention) by the help text in the field's metadata.
+        fields = {a.name for a in obj.attributes.values()
+                  if not a.is_alias and (a.docstring is not None or "metadata=" in str(a.value))}
+        names = fields or None
     for source in sources:
         if source.docstring is None:
             continue
         for section in source.docstring.parse("google"):
-            if section.kind is DocstringSectionKind.parameters:
+            if section.kind is DocstringSectionKind.parameters or (
+                section.kind is DocstringSectionKind.attributes and "dataclass" in obj.labels
+            ):
                 names = (names or set()) | {p.name.lstrip("*") for p in section.value}
     return names
 

@@ -121,3 +121,33 @@ def test_site_builds_strict_and_fetches_nothing_from_the_network(tmp_path):
     assert (site / "search" / "search_index.json").stat().st_size > 100_000  # search runs from the built index
     assert (site / "examples" / "02_orchestra" / "index.html").exists()
     assert (site / "studio" / "live.png").exists()
+
+
+def test_every_callable_on_the_api_reference_pages_documents_its_parameters():
+    griffe = pytest.importorskip("griffe")  # the docs extra
+    spec = importlib.util.spec_from_file_location("docstring_coverage", REPO / "scripts" / "docstring_coverage.py")
+    coverage = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(coverage)
+    shown: dict[str, list[str] | None] = {}  # object path -> the members its directive lists (None: all public)
+    for page in sorted((REPO / "docs" / "reference" / "api").glob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        for path, block in re.findall(r"^::: ([\w.]+)\n((?:    .*\n)*)", text + "\n", flags=re.MULTILINE):
+            options = (yaml.safe_load(block.replace("\n    ", "\n")[4:]) or {}).get("options", {}) if block else {}
+            shown[path] = options.get("members")
+    assert len(shown) >= 30
+    packages = {path.split(".")[0]: griffe.load(path.split(".")[0], search_paths=[str(REPO)],
+                                                docstring_parser="google") for path in shown}
+    undocumented = []
+    for path, members in shown.items():
+        obj = packages[path.split(".")[0]][".".join(path.split(".")[1:])]
+        objects = list(coverage._callables(obj)) if obj.is_module else [obj]
+        if obj.is_class:
+            objects += [m for m in coverage._callables(obj) if m.is_function]
+        if members is not None:
+            objects = [o for o in objects if o is obj or o.name in members]
+        for item in objects:
+            params = coverage._parameters(item)
+            names = coverage._documented_names(item)
+            if params and (names is None or not all(p.lstrip("*") in names for p in params)):
+                undocumented.append(item.path)
+    assert undocumented == [], "\n".join(undocumented)
