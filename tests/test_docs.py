@@ -101,6 +101,7 @@ def test_cli_reference_renders_every_subcommand_from_the_parser():
     assert "### `python -m training.grpo`" in training and "--reward-concurrency" in training
 
 
+@pytest.mark.slow  # 5-12 s on the shared 2-core machine (a whole site build); .ci/run also builds it
 @pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None, reason="mkdocs is not installed (the docs extra)")
 def test_site_builds_strict_and_fetches_nothing_from_the_network(tmp_path):
     site = tmp_path / "site"
