@@ -144,8 +144,8 @@ def test_every_callable_on_the_api_reference_pages_documents_its_parameters():
         objects = list(coverage._callables(obj)) if obj.is_module else [obj]
         if obj.is_class:
             objects += [m for m in coverage._callables(obj) if m.is_function]
-        if members is not None:
-            objects = [o for o in objects if o is obj or o.name in members]
+        if members is not None:  # a list, or false for none
+            objects = [o for o in objects if o is obj or o.name in (members or [])]
         for item in objects:
             params = coverage._parameters(item)
             names = coverage._documented_names(item)

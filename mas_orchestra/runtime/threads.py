@@ -121,8 +121,15 @@ async def _inner_results(graph: Any, config: dict[str, Any]) -> dict[str, AgentR
 def finished_nodes(checkpointer: Any, thread_id: str) -> dict[str, AgentResult]:
     """The node results checkpointed on an Orchestra thread so far, also while it runs or after it died.
 
-    ``checkpointer``: a synchronous saver (``InMemorySaver``, ``SqliteSaver``; e.g. from
-    :func:`mas_orchestra.runtime.checkpoint.open_sqlite_checkpointer`). Reads only; safe next to a running writer.
+    Reads only; safe next to a running writer.
+
+    Args:
+        checkpointer: A synchronous saver (``InMemorySaver``, ``SqliteSaver``; e.g. from
+            :func:`mas_orchestra.runtime.checkpoint.open_sqlite_checkpointer`).
+        thread_id: The thread.
+
+    Returns:
+        Node id → result of every node that finished (in the execute subgraph's pending writes too).
     """
 
     def no_runs(_config: Any) -> Any:
