@@ -21,7 +21,7 @@ from mas_orchestra.errors import SpecError
 
 __all__ = ["WARNING_KINDS", "SpecWarning", "WarningKind", "count_warnings", "line_of", "raise_if_strict"]
 
-#: What a warning is about (one value per leniency; the README's fidelity table has a row for each).
+#: What a warning is about (one value per leniency; the fidelity table, docs/concepts/fidelity.md, has a row for each).
 WarningKind = Literal[
     "ignored_after_plan",   # commentary, a second copy, repeated blocks or answers after the first plan
     "answer_ignored",       # an <answer> next to agents (high DoM) or disagreeing with the agent's output id (low)

@@ -22,8 +22,8 @@ naming the file: other columns than the official ones, an unknown subset (listin
 cell that is not JSON, a row without a question or ground truth.
 
 Numbers on these rows are comparable with the paper's; numbers on our generator
-(:func:`mas_orchestra.bench.masbench.generate`, an iGSM-style re-implementation) are not (README, "Evaluation
-and MASBench").
+(:func:`mas_orchestra.bench.masbench.generate`, an iGSM-style re-implementation) are not (docs/guides/evaluation.md,
+"How its numbers relate to our generator's").
 """
 
 from __future__ import annotations
