@@ -55,12 +55,27 @@ def line_of(text: str, pos: int) -> str:
 
 
 def count_warnings(warnings: Iterable[SpecWarning]) -> dict[str, int]:
-    """How many warnings of each kind (kinds with none are left out)."""
+    """How many warnings of each kind (kinds with none are left out).
+
+    Args:
+        warnings: The spec's warnings.
+
+    Returns:
+        Kind → count.
+    """
     return dict(Counter(w.kind for w in warnings))
 
 
 def raise_if_strict(warnings: Iterable[SpecWarning], strict: bool) -> None:
-    """With ``strict``, any warning is an error: raise :class:`SpecError` listing each (kind in brackets)."""
+    """With ``strict``, any warning is an error.
+
+    Args:
+        warnings: The spec's warnings.
+        strict: Whether leniencies are refused.
+
+    Raises:
+        SpecError: ``strict`` and at least one warning (each listed, its kind in brackets).
+    """
     found = list(warnings)
     if strict and found:
         raise SpecError([f"{w} (strict reading: fix the text or parse with strict=False)" for w in found])
