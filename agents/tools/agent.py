@@ -200,7 +200,19 @@ class ToolAgent(Agent):
         return await ask(model, list(messages), usage=usage, temperature=self.temperature, settings=self.settings)
 
     async def run_tool(self, name: str, args: Any, usage: Usage, log: list[dict[str, Any]]) -> str:
-        """Call one tool and return what the model is shown: its result, or what went wrong."""
+        """Call one tool and return what the model is shown: its result, or what went wrong.
+
+        A tool that raises, times out or is not offered never fails the run: the model reads the problem.
+
+        Args:
+            name: The tool's name, as the model wrote it.
+            args: Its arguments, as the model wrote them.
+            usage: Counts the call (``tool_calls``).
+            log: Gets one ``{tool, args, ok, error, seconds}`` entry.
+
+        Returns:
+            The observation text.
+        """
         tool = self.tools.get(name)
         if tool is None:
             listed = ", ".join(self.tools)
@@ -236,7 +248,17 @@ class ToolAgent(Agent):
         return text
 
     async def arun(self, task: str) -> AgentResult:
-        """Run the bounded tool-calling loop on the task (``details['tool_calls']`` lists the calls)."""
+        """Run the bounded tool-calling loop on the task.
+
+        Args:
+            task: The (sub-)task text.
+
+        Returns:
+            The result: reasoning, answer, usage and ``details`` (``tool_calls`` lists the calls).
+
+        Raises:
+            SubAgentError: The model failed or never wrote a parsable reply.
+        """
         usage, log = Usage(), []  # type: Usage, list[dict[str, Any]]
         tool_model = self._tools_model()
         native = tool_model is not None
