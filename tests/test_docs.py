@@ -136,8 +136,8 @@ def test_every_callable_on_the_api_reference_pages_documents_its_parameters():
             options = (yaml.safe_load(block.replace("\n    ", "\n")[4:]) or {}).get("options", {}) if block else {}
             shown[path] = options.get("members")
     assert len(shown) >= 30
-    packages = {path.split(".")[0]: griffe.load(path.split(".")[0], search_paths=[str(REPO)],
-                                                docstring_parser="google") for path in shown}
+    packages = {name: griffe.load(name, search_paths=[str(REPO)], docstring_parser="google")
+                for name in {path.split(".")[0] for path in shown}}
     undocumented = []
     for path, members in shown.items():
         obj = packages[path.split(".")[0]][".".join(path.split(".")[1:])]
