@@ -147,8 +147,23 @@ def score(
     judge: Any = None,
     timeout: float = 5.0,
 ) -> float:
-    """A number in [0, 1]: token F1 for ``kind="f1"`` (the mean over the answers of a multi-answer truth,
-    0 unless there is exactly one box per answer), else 1.0 if ``grade`` says correct and 0.0 otherwise."""
+    """A number in [0, 1]: token F1 for ``kind="f1"``, else 1.0 if :func:`grade` says correct and 0.0 otherwise.
+
+    Args:
+        prediction: The system's answer.
+        truth: One answer, or a list for a multi-answer task (F1 is then the mean over the answers, 0 unless
+            there is exactly one box per answer).
+        kind: A grading kind (see :func:`grade`).
+        question: The question (``kind="judge"``).
+        judge: The judge chat model (``kind="judge"``).
+        timeout: Seconds Math-Verify may take.
+
+    Returns:
+        The score.
+
+    Raises:
+        ValueError: As :func:`grade` raises it.
+    """
     if kind == "f1":
         truths = _check(truth, kind)
         parts = _per_part("" if prediction is None else str(prediction), truths)
@@ -167,8 +182,24 @@ async def agrade(
     judge: Any = None,
     timeout: float = 5.0,
 ) -> bool:
-    """Async ``grade``: the judge is awaited through ``ainvoke`` (if it has one); other kinds run
-    ``grade`` in a worker thread so the event loop is never blocked by Math-Verify."""
+    """Async :func:`grade`: the judge is awaited through ``ainvoke`` (if it has one).
+
+    Other kinds run :func:`grade` in a worker thread, so the event loop is never blocked by Math-Verify.
+
+    Args:
+        prediction: The system's answer.
+        truth: One answer, or a list for a multi-answer task.
+        kind: A grading kind (see :func:`grade`).
+        question: The question (``kind="judge"``).
+        judge: The judge chat model (``kind="judge"``).
+        timeout: Seconds Math-Verify may take.
+
+    Returns:
+        Whether the prediction is correct.
+
+    Raises:
+        ValueError: As :func:`grade` raises it, or the judge kind without ``question`` and ``judge``.
+    """
     if kind == "judge":
         truths = _check(truth, kind)
         if question is None or judge is None:
