@@ -154,6 +154,16 @@ def subagent_from_args(values: Iterable[str] | None, default: str = "embedded") 
 
     ``["openai:gpt-4o-mini"]`` is one model; ``["fast=openai:gpt-4o-mini", "strong=anthropic:claude-sonnet-4-5"]``
     a pool (the first is the default). Mixing the forms, or a name given twice, raises :class:`PoolError`.
+
+    Args:
+        values: The ``--subagent`` values.
+        default: The model when none is given.
+
+    Returns:
+        One model string, or a pool ``{name: model}``.
+
+    Raises:
+        PoolError: Mixed forms, or a name given twice.
     """
     items = [v.strip() for v in (values or []) if v.strip()]
     if not items:

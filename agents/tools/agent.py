@@ -75,6 +75,12 @@ def parse_tool_request(text: str) -> tuple[str, dict[str, Any], int] | None:
     Reads ``<tool_call>{"name": …, "arguments": {…}}</tool_call>`` (``"args"`` is accepted for ``"arguments"``,
     an unclosed tag too). A call after an ``<answer>`` tag does not count: the model has decided to answer. A
     call whose JSON cannot be read comes back with the name ``""`` so the model is told what was wrong.
+
+    Args:
+        text: A model reply.
+
+    Returns:
+        ``(name, arguments, end offset)``, or ``None``.
     """
     match = _CALL_RE.search(text)
     if match is None:
@@ -95,7 +101,15 @@ def parse_tool_request(text: str) -> tuple[str, dict[str, Any], int] | None:
 
 
 def describe_tool(tool: BaseTool, *, with_arguments: bool = False) -> str:
-    """``name: description`` (first paragraph), optionally followed by the arguments' JSON schema."""
+    """``name: description`` (first paragraph), optionally followed by the arguments' JSON schema.
+
+    Args:
+        tool: A LangChain tool.
+        with_arguments: Append its arguments' JSON schema (the text protocol needs it).
+
+    Returns:
+        The description line(s).
+    """
     description = " ".join((tool.description or "").strip().split("\n\n")[0].split()) or "(no description)"
     line = f"- {tool.name}: {description}"
     if with_arguments:

@@ -49,7 +49,18 @@ class McpServerError(MasOrchestraError, RuntimeError):
 
 
 def mcp_connections(config: Mapping[str, Any] | str | Path) -> dict[str, dict[str, Any]]:
-    """The adapters' connection dicts of a ``{"mcpServers": {...}}`` configuration (dict or JSON file path)."""
+    """The adapters' connection dicts of a ``{"mcpServers": {...}}`` configuration (dict or JSON file path).
+
+    Args:
+        config: The configuration, or a JSON file holding it.
+
+    Returns:
+        Server name → connection dict (``stdio`` or ``streamable_http``/``sse``).
+
+    Raises:
+        ToolsetError: A missing or unreadable file, or a malformed configuration (no servers, an entry without
+            ``command`` or ``url``).
+    """
     if isinstance(config, (str, Path)):
         path = Path(config)
         try:

@@ -45,7 +45,16 @@ _OUTER_RECURSION_LIMIT = 25
 
 
 def thread_differences(values: Mapping[str, Any], question: str, setup: Mapping[str, str]) -> dict[str, tuple]:
-    """What differs between a stored thread and a run: ``{what: (stored, given)}`` (empty when it matches)."""
+    """What differs between a stored thread and a run: ``{what: (stored, given)}`` (empty when it matches).
+
+    Args:
+        values: The stored thread's state values.
+        question: The question of this run.
+        setup: The models and DoM of this run.
+
+    Returns:
+        ``{what: (stored, given)}``.
+    """
     differences: dict[str, tuple] = {}
     if values.get("question") != question:
         differences["question"] = (values.get("question"), question)

@@ -43,6 +43,15 @@ class GrammarLimits:
     Text bounds are characters; together they bound the orchestration's length, so choose
     ``max_new_tokens`` of the orchestrator call above the worst case (roughly one token per character of
     free text in the worst case, plus ~40 tokens of markup per agent).
+
+    Attributes:
+        max_agents: Most agents an orchestration may declare.
+        thinking_chars: Characters of the plan (``<thinking>``).
+        description_chars: Characters of an agent's description.
+        input_chars: Characters of an agent's input.
+        answer_chars: Characters of a direct answer.
+        string_param_chars: Characters of a string parameter (a debate role).
+        max_list_items: Items of a list parameter (debate roles), or its minimum when larger.
     """
 
     max_agents: int = 4
@@ -63,12 +72,26 @@ class GrammarLimits:
 
 
 def agent_id(k: int) -> str:
-    """The canonical id of the k-th agent (1-based) in a constrained orchestration."""
+    """The canonical id of the k-th agent (1-based) in a constrained orchestration.
+
+    Args:
+        k: The agent's number.
+
+    Returns:
+        ``A<k>``.
+    """
     return f"A{k}"
 
 
 def lit(text: str) -> str:
-    """An EBNF string literal."""
+    """An EBNF string literal.
+
+    Args:
+        text: The literal text.
+
+    Returns:
+        The quoted, escaped literal.
+    """
     return json.dumps(text, ensure_ascii=False)
 
 
