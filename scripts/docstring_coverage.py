@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -76,8 +77,13 @@ def measure(packages: tuple[str, ...]) -> tuple[list[str], list[str], int]:
 
     logging.getLogger("griffe").setLevel(logging.ERROR)  # missing-annotation notes are not what we count here
     documented, undocumented, with_section = [], [], 0
-    for package in packages:
-        module = griffe.load(package, search_paths=[str(REPO)], docstring_parser="google")
+    previous = os.getcwd()
+    os.chdir(REPO)  # griffe looks in the working directory before search_paths; measure this checkout
+    try:
+        modules = [griffe.load(package, search_paths=[str(REPO)], docstring_parser="google") for package in packages]
+    finally:
+        os.chdir(previous)
+    for module in modules:
         for obj in _callables(module):
             params = _parameters(obj)
             if not params:
