@@ -77,7 +77,7 @@ def render_cli_reference(marker: str = "<!-- cli-reference -->") -> str:
     build_parser = getattr(importlib.import_module(module_name), function)
 
     previous = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = "110"  # argparse wraps to $COLUMNS; a fixed width keeps the page the same everywhere
+    os.environ["COLUMNS"] = "88"  # argparse wraps to $COLUMNS; a fixed width keeps the page the same everywhere
     try:
         return "\n".join(_command_sections(build_parser(), [command], level))
     finally:
