@@ -34,7 +34,11 @@ def _help(text: str) -> dict[str, str]:
 
 @dataclass
 class OrchestraGRPOConfig:
-    """Every knob of ``python -m training.grpo``; TRL's own ``GRPOConfig`` is built from these."""
+    """Every knob of ``python -m training.grpo``; TRL's own ``GRPOConfig`` is built from these.
+
+    Each field is also a command-line flag (``--kebab-case``) and a YAML key of a recipe; every field's help
+    is printed by ``python -m training.grpo --help`` (and shown in the documentation's command-line reference).
+    """
 
     # -- models -------------------------------------------------------------------------------------------
     model: str = field(default="embedded", metadata=_help(
@@ -327,10 +331,12 @@ class OrchestraGRPOConfig:
 
     @property
     def lora_target_modules(self) -> str | list[str]:
+        """``all-linear``, or the comma list of ``lora_target`` as module names."""
         target = self.lora_target.strip()
         return target if target == "all-linear" else [t.strip() for t in target.split(",") if t.strip()]
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field by name (for logs and ``run_config.json``)."""
         return dataclasses.asdict(self)
 
 
@@ -403,6 +409,11 @@ def _converter(kind: type, optional: bool) -> Any:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of ``python -m training.grpo``: ``--config`` and one flag per config field.
+
+    Returns:
+        The parser; each field's default is the dataclass default.
+    """
     parser = argparse.ArgumentParser(
         prog="python -m training.grpo",
         description="GRPO + LoRA training of a MAS-Orchestra orchestrator: the reward is the executed outcome of "
@@ -427,7 +438,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Field values from a YAML mapping, keys normalised to field names; unknown keys raise ValueError."""
+    """Field values from a YAML mapping, keys normalised to field names.
+
+    Args:
+        path: The YAML recipe.
+
+    Returns:
+        Field name → value, converted to each field's type.
+
+    Raises:
+        ValueError: Not a mapping, an unknown key (the valid ones are listed) or a value of the wrong type.
+        OSError: The file cannot be read.
+    """
     import yaml
 
     path = Path(path).expanduser()
@@ -460,7 +482,17 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def parse_config(argv: list[str] | None = None) -> OrchestraGRPOConfig:
-    """Config from ``argv`` (default ``sys.argv[1:]``): YAML from ``--config`` first, then the flags."""
+    """Config from ``argv`` (default ``sys.argv[1:]``): YAML from ``--config`` first, then the flags.
+
+    Args:
+        argv: Command-line arguments (default ``sys.argv[1:]``).
+
+    Returns:
+        The validated config.
+
+    Raises:
+        SystemExit: A bad flag, recipe or value (argparse prints the message and exits with status 2).
+    """
     parser = build_parser()
     first, _ = parser.parse_known_args(argv)
     if first.config:

@@ -78,6 +78,14 @@ def table_row(label: str, depth: int, summary: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Evaluate the arms and print the table (see the module docstring).
+
+    Args:
+        argv: Command-line arguments (default ``sys.argv[1:]``).
+
+    Returns:
+        The exit status (0).
+    """
     parser = argparse.ArgumentParser(prog="python -m training.controls", description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", action="append", default=[], help="a trained wiring run directory (repeatable)")
     parser.add_argument("--low-dom-run", default=None, help="the low-DoM arm's run directory")

@@ -66,7 +66,17 @@ def _answers(value: Any, where: str) -> list[str]:
 
 
 def parse_values(text: str) -> list[int]:
-    """``"2,3"`` → [2, 3]; ``"2-4"`` → [2, 3, 4]; combinations allowed (``"2,5-6"``)."""
+    """``"2,3"`` → [2, 3]; ``"2-4"`` → [2, 3, 4]; combinations allowed (``"2,5-6"``).
+
+    Args:
+        text: The values as written in a ``masbench:`` spec.
+
+    Returns:
+        The values, in order.
+
+    Raises:
+        ValueError: Not numbers or ranges, or none at all.
+    """
     out: list[int] = []
     for part in text.split(","):
         part = part.strip()
@@ -103,9 +113,22 @@ def load_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 
 def load_masbench(axis: str, values: Sequence[int], n: int = 8, seed: int = 0, split: str = "train") -> list[dict]:
-    """MASBench problems generated on the fly (:func:`mas_orchestra.bench.masbench.generate`), each with its
-    ``intermediates``: the computed quantities the answers depend on, as ``the <quantity> = <value>`` facts (the
-    reward's optional partial credit counts how many of them the final agent's text states)."""
+    """MASBench problems generated on the fly (:func:`mas_orchestra.bench.masbench.generate`).
+
+    Each row carries its ``intermediates``: the computed quantities the answers depend on, as
+    ``the <quantity> = <value>`` facts (the reward's optional partial credit counts how many of them the final
+    agent's text states).
+
+    Args:
+        axis: The MASBench axis.
+        values: The axis values.
+        n: Problems per value.
+        seed: The random seed.
+        split: ``train`` or ``test``.
+
+    Returns:
+        Rows ``{id, question, answer: list[str], source, intermediates}``.
+    """
     rows = generate(axis, list(values), n, seed, split)
     return [
         {"id": r["id"], "question": r["question"], "answer": _answers(r["answer"], r["id"]),
@@ -219,8 +242,19 @@ def _load_one(spec: str) -> list[dict[str, Any]]:
 
 
 def load_rows(spec: str, *, limit: int | None = None) -> list[dict[str, Any]]:
-    """Rows ``{id, question, answer: list[str], source}`` (plus ``prompt`` for kept verl prompts) of a dataset
-    spec string (module docstring); ``limit`` keeps the first rows."""
+    """Rows ``{id, question, answer: list[str], source}`` (plus ``prompt`` for kept verl prompts) of a dataset.
+
+    Args:
+        spec: A dataset spec string (module docstring): ``masbench:…``, ``masbench-official:…``, ``jsonl:…``,
+            ``parquet:…``, or several joined with ``+``.
+        limit: Keep the first rows only.
+
+    Returns:
+        The rows.
+
+    Raises:
+        ValueError: An unknown form or no rows (a bad row is a ``DataError``, also a ``ValueError``).
+    """
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError("dataset spec must be a non-empty string")
     rows: list[dict[str, Any]] = []
@@ -237,8 +271,17 @@ def to_trl_rows(
     rows: Iterable[Mapping[str, Any]], dom: str = "high", *, registry: AgentRegistry | None = None,
     prompt: str | None = None,
 ) -> list[dict[str, Any]]:
-    """TRL rows: the orchestrator prompt as chat messages plus the columns the reward reads (``prompt``: a
-    template folder, see :mod:`mas_orchestra.prompt_templates`; None: ours)."""
+    """TRL rows: the orchestrator prompt as chat messages plus the columns the reward reads.
+
+    Args:
+        rows: Rows as :func:`load_rows` returns them (a row's own ``prompt`` is kept).
+        dom: ``high`` or ``low``.
+        registry: The kinds offered in the prompt (default: the built-in kinds without search).
+        prompt: A template folder (see :mod:`mas_orchestra.prompt_templates`; ``None``: ours).
+
+    Returns:
+        Dicts with ``prompt``, ``question``, ``answer``, ``id`` and ``source``.
+    """
     registry = registry or default_registry.without_search()
     out = []
     for row in rows:
@@ -260,7 +303,18 @@ def build_dataset(
     spec: str, dom: str = "high", *, registry: AgentRegistry | None = None, limit: int | None = None,
     prompt: str | None = None,
 ) -> Any:
-    """A ``datasets.Dataset`` of TRL rows for a dataset spec string (``prompt``: the template folder)."""
+    """A ``datasets.Dataset`` of TRL rows for a dataset spec string.
+
+    Args:
+        spec: A dataset spec string (see :func:`load_rows`).
+        dom: ``high`` or ``low``.
+        registry: The kinds offered in the prompt.
+        limit: Keep the first rows only.
+        prompt: The template folder (``None``: ours).
+
+    Returns:
+        The dataset.
+    """
     from datasets import Dataset
 
     return Dataset.from_list(to_trl_rows(load_rows(spec, limit=limit), dom, registry=registry, prompt=prompt))

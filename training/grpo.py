@@ -439,6 +439,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Train as the config from ``argv`` says; returns the run's summary (metrics, paths)."""
     cfg = parse_config(argv)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",

@@ -246,8 +246,44 @@ def summarize(records: Sequence[RolloutRecord], kinds: Sequence[str] = ()) -> di
 class OutcomeReward:
     """Async GRPO reward over executed multi-agent systems; build it with :func:`make_outcome_reward`.
 
-    Attributes: ``last_batch`` (``{"records": [...], "metrics": {...}, "n": int, "wall_s": float}`` of the
-    latest call, or ``None``), ``history`` (the metrics of every call), ``calls``.
+    Each completion's orchestration is parsed, compiled and run, and its answer graded; the module docstring's
+    table turns the outcome into the reward. Use it as ``GRPOTrainer(reward_funcs=[reward])``.
+
+    Args:
+        subagent: The model every sub-agent runs on (a chat model or a model string).
+        dom: The degree of MAS the prompts asked for (the parser mode).
+        grader: A :func:`mas_orchestra.bench.grading.grade` kind.
+        search: A search backend for WebSearchAgent nodes (without one the agent is not offered).
+        cost_weight: Penalty per unit of cost on a correct answer's reward (never below 0).
+        cost_metric: ``subagent_calls`` | ``total_tokens`` (thousands) | ``cost_usd`` (priced).
+        cost_reward: ``linear`` (``cost_weight`` × cost off a correct answer) | ``group`` (cost normalised among
+            a prompt's correct rollouts, see :func:`group_cost_rewards`; ``cost_weight`` in [0, 1)).
+        final_answer_weight: Reward of a correct answer.
+        execution_success_weight: Reward of a system that ran to its end, correct or not.
+        max_concurrency: Multi-agent systems executed at once across the batch (the paper ran 128).
+        timeout: Seconds one MAS may run before it scores 0 as ``timeout``.
+        max_retries: Retries of transient sub-agent model errors.
+        registry: The agent registry (default: the built-in kinds).
+        call_timeout: Seconds for one sub-agent call.
+        graph_concurrency: Model calls in flight inside one MAS.
+        grade_timeout: Seconds Math-Verify may take on one answer.
+        judge: The model for ``grader="judge"``.
+        retry_initial_delay: Seconds before the first retry.
+        constrained: Sub-agent replies under the reply grammar, as ``Orchestra`` takes it (``None``: local only).
+        settings: A ``RunSettings`` for each MAS; the keywords above override its fields.
+        strict: Any parser leniency makes a completion ``invalid_spec`` (reward 0).
+        whole_response_fallback: Grade a completion with no agent and no ``<answer>`` on its whole text.
+        partial_credit_weight: A wrong but executed answer earns this times the share of the row's
+            ``intermediates`` its final agent states (:func:`stated_share`); 0 = off, below
+            ``final_answer_weight``.
+
+    Raises:
+        ValueError: An unknown grader or cost metric, no ``judge`` for the judge grader, or a bad setting.
+
+    Attributes:
+        last_batch: ``{"records", "metrics", "n", "wall_s"}`` of the latest call, or ``None``.
+        history: The metrics of every call.
+        calls: How many batches were scored.
     """
 
     __name__ = "outcome_reward"
@@ -328,6 +364,20 @@ class OutcomeReward:
     async def __call__(
         self, prompts: Sequence[Any], completions: Sequence[Any], answer: Sequence[Any] | None = None, **kwargs: Any
     ) -> list[float]:
+        """Score a batch of completions (TRL's reward-function signature).
+
+        Args:
+            prompts: The prompts (the question is read from them without a ``question`` column).
+            completions: The orchestrator's completions (text or chat messages).
+            answer: The ground truth of each completion's question (the dataset's ``answer`` column).
+            **kwargs: Other dataset columns (``question`` is used) and TRL's extras (ignored).
+
+        Returns:
+            One reward per completion.
+
+        Raises:
+            ValueError: No ``answer`` column, or lists of different lengths.
+        """
         n = len(completions)
         if answer is None:
             raise ValueError("the dataset needs an 'answer' column (the ground truth) for the outcome reward")
@@ -468,6 +518,7 @@ class OutcomeReward:
 
     @staticmethod
     def record_dicts(records: Sequence[RolloutRecord]) -> list[dict[str, Any]]:
+        """The records as plain dicts (for ``rollouts.jsonl``)."""
         return [asdict(r) for r in records]
 
     def __repr__(self) -> str:
@@ -540,24 +591,10 @@ def make_outcome_reward(
 ) -> OutcomeReward:
     """The outcome reward for ``GRPOTrainer(reward_funcs=[...])``.
 
-    ``subagent``: the model every sub-agent runs on (a chat model or a model string, see
-    :func:`mas_orchestra.models.resolve_model`). ``dom``: the degree of MAS the prompts asked for (the parser
-    mode). ``grader``: a :func:`mas_orchestra.bench.grading.grade` kind. ``search``: a search backend for
-    WebSearchAgent nodes (without one the agent is not offered, see :func:`orchestra_registry`).
-    ``max_concurrency``: multi-agent systems executed at once across the batch (the paper ran 128).
-    ``timeout``: seconds one MAS may run before it scores 0 as ``timeout``. Further keywords:
-    ``cost_metric`` (``subagent_calls`` | ``total_tokens`` | ``cost_usd``), ``cost_reward`` (``linear`` |
-    ``group``: cost normalised among a prompt's correct rollouts, see :func:`group_cost_rewards`),
-    ``call_timeout`` (one sub-agent call),
-    ``graph_concurrency`` (model calls in flight inside one MAS), ``grade_timeout``, ``judge`` (the
-    model for ``grader="judge"``), ``retry_initial_delay``, ``constrained`` (sub-agent replies under the reply
-    grammar, as :class:`mas_orchestra.Orchestra` takes it; None: on for local models), ``settings`` (a
-    :class:`~mas_orchestra.settings.RunSettings` for each MAS; ``timeout``, ``max_retries``, ``call_timeout``,
-    ``graph_concurrency`` and ``retry_initial_delay`` override its fields), ``strict`` (any parser leniency
-    makes a completion ``invalid_spec``, reward 0), ``whole_response_fallback`` (the original reward's
-    behaviour: a completion with no agent and no ``<answer>`` is graded as a direct answer on its whole text;
-    off by default), ``partial_credit_weight`` (a wrong but executed answer earns this weight times the share of
-    the row's ``intermediates`` facts its final agent states, see :func:`stated_share`; 0 = off).
+    Takes :class:`OutcomeReward`'s arguments (documented there), the first eleven also by position.
+
+    Returns:
+        The reward object.
     """
     return OutcomeReward(
         subagent=subagent, dom=dom, grader=grader, search=search, cost_weight=cost_weight,

@@ -89,6 +89,7 @@ class OrchestraGRPOTrainer(GRPOTrainer):
         return [f for f in self.reward_funcs if hasattr(f, "pop_records")]
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Gather every rank's rollout records, add the outcome metrics, write ``rollouts.jsonl`` (rank 0), then log."""
         for reward in self._outcome_rewards():
             records: list[RolloutRecord] = reward.pop_records()
             ranks = [0] * len(records)
@@ -195,6 +196,7 @@ class HeapTrimmer(TrainerCallback):
     """Hands the heap's free pages back to the OS after every step (see :mod:`training.allocator`)."""
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Return freed heap memory to the system after each step."""
         from training.allocator import trim_heap
 
         trim_heap()
@@ -209,9 +211,11 @@ class StepTimer(TrainerCallback):
         self._wall = self._cpu = 0.0
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Start the step's wall and CPU clocks."""
         self._wall, self._cpu = time.perf_counter(), time.process_time()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Record the step's wall and CPU seconds and peak memory."""
         self.steps.append({
             "step": state.global_step,
             "wall_s": time.perf_counter() - self._wall,
@@ -230,6 +234,7 @@ class CurvePlotter(TrainerCallback):
         self._disabled = False
 
     def draw(self, history: list[dict[str, Any]]) -> Path | None:
+        """Draw the reward curve from the log history; returns the PNG's path, or ``None``."""
         if self._disabled:
             return None
         curve = curve_from_history(history)
@@ -243,9 +248,11 @@ class CurvePlotter(TrainerCallback):
         return self.written
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Redraw the reward curve at each checkpoint (rank 0)."""
         if state.is_world_process_zero:
             self.draw(state.log_history)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Draw the final reward curve (rank 0)."""
         if state.is_world_process_zero:
             self.draw(state.log_history)

@@ -22,7 +22,14 @@ __all__ = ["check_spec", "problems_of", "topological_order"]
 
 
 def topological_order(spec: GraphSpec) -> tuple[list[str], set[str]]:
-    """Kahn's order over declared nodes; the second value holds nodes left on cycles."""
+    """Kahn's order over declared nodes; the second value holds nodes left on cycles.
+
+    Args:
+        spec: The spec.
+
+    Returns:
+        ``(order, nodes left on cycles)``.
+    """
     ids = [n.id for n in spec.nodes]
     known = set(ids)
     indeg = dict.fromkeys(ids, 0)
@@ -78,6 +85,13 @@ def check_spec(spec: GraphSpec, registry: AgentRegistry) -> list[str]:
 
     Normalises as it goes: agent aliases become canonical kind names, parameters are validated
     against the kind's model (and stored as given, so round trips stay lossless).
+
+    Args:
+        spec: The spec being validated (normalised in place).
+        registry: Which agent kinds exist and what parameters they take.
+
+    Returns:
+        The problems, each naming where it is.
     """
     problems: list[str] = []
     ids = [n.id for n in spec.nodes]
@@ -193,7 +207,14 @@ def _drop_duplicate_edges(spec: GraphSpec) -> None:
 
 
 def problems_of(exc: ValidationError) -> list[str]:
-    """The problems of a failed ``GraphSpec`` validation, one per violation, each with its location."""
+    """The problems of a failed ``GraphSpec`` validation, one per violation, each with its location.
+
+    Args:
+        exc: The pydantic ``ValidationError``.
+
+    Returns:
+        The problems.
+    """
     problems: list[str] = []
     for err in exc.errors():
         loc = err.get("loc", ())
