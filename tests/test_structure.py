@@ -152,3 +152,28 @@ def test_example_placeholders_pick_one_shape(tmp_path):
     assert low.startswith("A  B <thinking>") and "<agent_output_id>" in low
     wiring = orchestrator_messages("q", "high", registry=registry, prompt="recipes/prompts/wiring")[-1]["content"]
     assert "Given ${A1}" in wiring and "one agent gets the whole task" not in wiring
+
+
+def test_eval_refuses_controls_it_cannot_apply(tmp_path):
+    from mas_orchestra.bench.evaluation import evaluate
+    from mas_orchestra.bench.evaluation.common import EvalInputError
+
+    rows = [{"id": "q", "question": "What is 2 + 2?", "answer": "4"}]
+    for kwargs, message in (({"dom": "low", "control": "ablate-wiring"}, "needs --dom high"),
+                            ({"baseline": "cot", "control": "random-graph"}, "a --baseline run has none"),
+                            ({"control": "shuffle"}, "unknown control 'shuffle'; valid: ablate-wiring, random-graph")):
+        with pytest.raises(EvalInputError, match=message):
+            evaluate(rows, subagent="scripted:4", out_dir=tmp_path / "x", progress=False, plot=False, **kwargs)
+
+
+def test_eval_ablate_wiring_runs_the_plan_without_its_references(tmp_path):
+    from mas_orchestra.bench.evaluation import evaluate
+    from mas_orchestra.testing import ScriptedChatModel
+
+    plan = CHAIN3.to_xml()
+    summary = evaluate([{"id": "q", "question": "What is 2 + 2?", "answer": "4"}],
+                       orchestrator=ScriptedChatModel(replies=[plan]), subagent="scripted:4", control="ablate-wiring",
+                       out_dir=tmp_path / "run", progress=False, plot=False, samples=2)
+    assert summary["control"] == "ablate-wiring" and "control[ablate-wiring]" in summary["label"]
+    assert summary["structure"]["ref_depth_mean"] == 1.0 and summary["structure"]["depth_mean"] == 3.0
+    assert summary["avg_at_k"] == 1.0  # the scripted sub-agent answers 4 whatever it is given

@@ -26,14 +26,8 @@ from training.data import (
     parse_values,
     to_trl_rows,
 )
-from training.rewards import (
-    STATUSES,
-    RolloutRecord,
-    completion_text,
-    make_outcome_reward,
-    question_from_prompt,
-    summarize,
-)
+from training.records import STATUSES, RolloutRecord, summarize
+from training.rewards import completion_text, make_outcome_reward, question_from_prompt
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = REPO / "recipes"

@@ -14,7 +14,9 @@ from mas_orchestra.offers import PoolError, with_pool
 from mas_orchestra.registry import offered_registry
 from mas_orchestra.spec import spec_from_data
 from training.config import parse_config
-from training.rewards import RolloutRecord, group_cost_rewards, make_outcome_reward, summarize
+from training.records import RolloutRecord, summarize
+from training.rewards import make_outcome_reward
+from training.shaping import group_cost_rewards
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 CALC = "python:mas_orchestra.bench.masbench:MasbenchCalculator"
@@ -134,7 +136,11 @@ def test_config_pool_defaults_and_prices(tmp_path, capsys):
 
 def test_pool_errors_name_what_is_missing():
     from training.config import OrchestraGRPOConfig
-    from training.grpo import _subagents
+    from training.grpo import _subagent
+    from training.pools import pooled_subagents
+
+    def _subagents(cfg, registry):
+        return pooled_subagents(cfg, registry, lambda text: _subagent(cfg, text))
 
     registry = offered_registry(None, agents=["cot", "sc"])
     cfg = OrchestraGRPOConfig(subagent=f"fast={CALC},strong={CALC2}", cost_metric="cost_usd",
@@ -226,7 +232,7 @@ def test_controls_replay_the_same_plans(depth3):
 
 def test_partial_credit_counts_how_far_up_the_chain_the_final_agent_got():
     from training.data import load_masbench
-    from training.rewards import stated_share
+    from training.shaping import stated_share
 
     row = load_masbench("depth", [3], n=1, seed=0, split="test")[0]
     facts = row["intermediates"]

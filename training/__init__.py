@@ -7,6 +7,7 @@ imported only by :mod:`training.grpo` when a run starts.
 
 from __future__ import annotations
 
-from training.rewards import OutcomeReward, RolloutRecord, make_outcome_reward
+from training.records import RolloutRecord
+from training.rewards import OutcomeReward, make_outcome_reward
 
 __all__ = ["OutcomeReward", "RolloutRecord", "make_outcome_reward"]

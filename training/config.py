@@ -21,6 +21,7 @@ from typing import Any
 
 from mas_orchestra.bench.grading import VALID_KINDS
 from mas_orchestra.errors import install_command
+from training import pools
 
 __all__ = ["OrchestraGRPOConfig", "build_parser", "load_yaml", "parse_config"]
 
@@ -296,31 +297,17 @@ class OrchestraGRPOConfig:
     @property
     def subagent_pool(self) -> dict[str, str] | None:
         """``subagent`` as a pool ``{name: model string}``, or ``None`` when it names one model."""
-        from mas_orchestra.offers import subagent_from_args
-
-        items = [item.strip() for item in self.subagent.split(",")] if "=" in self.subagent else [self.subagent]
-        pool = subagent_from_args(items)
-        return pool if isinstance(pool, dict) else None
+        return pools.pool_of(self.subagent)
 
     @property
     def subagent_default_map(self) -> dict[str, str]:
         """``subagent_defaults`` as ``{agent kind: pool entry}``."""
-        return _pairs(self.subagent_defaults, "subagent_defaults", "KIND=ENTRY")
+        return pools.pairs(self.subagent_defaults, "KIND=ENTRY")
 
     @property
     def price_table(self) -> dict[str, tuple[float, float]]:
         """``prices`` as ``{pool entry or model name: (USD per M input tokens, USD per M output tokens)}``."""
-        out: dict[str, tuple[float, float]] = {}
-        for name, value in _pairs(self.prices, "prices", "NAME=IN:OUT").items():
-            parts = value.split(":")
-            try:
-                pair = (float(parts[0]), float(parts[-1])) if len(parts) <= 2 else None
-            except ValueError:
-                pair = None
-            if pair is None or min(pair) < 0:
-                raise ValueError(f"price of {name!r} is {value!r}; write IN:OUT in USD per million tokens, e.g. 1:1")
-            out[name] = pair
-        return out
+        return pools.price_table(self.prices)
 
     @property
     def agent_kinds(self) -> list[str] | None:
@@ -338,35 +325,6 @@ class OrchestraGRPOConfig:
     def to_dict(self) -> dict[str, Any]:
         """Every field by name (for logs and ``run_config.json``)."""
         return dataclasses.asdict(self)
-
-
-def _pairs(text: str | None, name: str, form: str) -> dict[str, str]:
-    """``'a=1,b=2'`` as ``{'a': '1', 'b': '2'}``; ValueError naming ``name`` and the ``form`` expected."""
-    out: dict[str, str] = {}
-    for item in (text or "").split(","):
-        if not item.strip():
-            continue
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip() or not value.strip():
-            raise ValueError(f"{item.strip()!r} is not {form} (comma-separated)")
-        if key.strip() in out:
-            raise ValueError(f"{key.strip()!r} given twice")
-        out[key.strip()] = value.strip()
-    return out
-
-
-#: Fields a YAML recipe may give as a mapping (written back as 'key=value,...').
-_MAPPING_FIELDS = ("subagent", "subagent_defaults", "prices")
-
-
-def _mapping_text(value: Any) -> Any:
-    if not isinstance(value, dict):
-        return value
-
-    def one(item: Any) -> str:
-        return ":".join(str(v) for v in item) if isinstance(item, (list, tuple)) else str(item)
-
-    return ",".join(f"{k}={one(v)}" for k, v in value.items())
 
 
 # -- parsing -----------------------------------------------------------------------------------------------
@@ -466,8 +424,8 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
             unknown.append(str(key))
             continue
         kind, optional = _base_type(hints[name])
-        if name in _MAPPING_FIELDS:
-            value = _mapping_text(value)
+        if name in pools.MAPPING_FIELDS:
+            value = pools.mapping_text(value)
         if name == "resume" and isinstance(value, bool):
             value = "true" if value else "false"
         elif value is not None or not optional:

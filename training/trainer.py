@@ -1,7 +1,7 @@
 """TRL integration: a GRPOTrainer whose logs carry the outcome-reward metrics, and a step timer.
 
 ``OrchestraGRPOTrainer.log`` pops the rollout records every :class:`~training.rewards.OutcomeReward` collected
-since the previous log, summarises them (:func:`training.rewards.summarize`) and adds the metrics to the
+since the previous log, summarises them (:func:`training.records.summarize`) and adds the metrics to the
 same ``logs`` dict TRL fills with its own (``reward``, ``kl``, ``completions/mean_length``…), so they land in
 ``trainer_state.json``'s ``log_history`` and in TensorBoard/W&B side by side. With several processes each
 rank executes the multi-agent systems of its own completions; the records of all ranks are gathered at
@@ -31,7 +31,7 @@ from mas_orchestra.bench.training_curve import (
     validation_from_history,
 )
 from mas_orchestra.errors import MissingExtraError
-from training.rewards import RolloutRecord, summarize
+from training.records import RolloutRecord, summarize
 
 __all__ = ["CurvePlotter", "HeapTrimmer", "OrchestraGRPOTrainer", "StepTimer", "checkpoint_every_n_layers",
            "peak_rss_mb"]

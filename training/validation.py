@@ -34,7 +34,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from training.rewards import STATUSES, OutcomeReward, RolloutRecord, summarize
+from training.records import STATUSES, RolloutRecord, summarize
+from training.rewards import OutcomeReward
 
 __all__ = ["VAL_PREFIX", "ValidationCallback", "ValidationRunner"]
 

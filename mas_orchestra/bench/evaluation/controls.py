@@ -28,10 +28,33 @@ from mas_orchestra.registry import AgentKind, AgentRegistry
 from mas_orchestra.spec import GraphSpec, spec_from_data
 from mas_orchestra.spec.structure import ablate_wiring
 
-__all__ = ["CONTROLS", "areplay_with_control", "control_runner", "random_graph_like"]
+__all__ = ["CONTROLS", "areplay_with_control", "check_control", "control_runner", "random_graph_like"]
 
 #: The controls an evaluation can apply (``mas-orchestra eval --ablate-wiring`` / ``--random-graph``).
 CONTROLS: tuple[str, ...] = ("ablate-wiring", "random-graph")
+
+
+def check_control(control: str | None, dom: str, baseline: str | None) -> None:
+    """Refuse a control an evaluation cannot apply.
+
+    Args:
+        control: the control asked for (``None``: none).
+        dom: the evaluation's DoM.
+        baseline: the evaluation's single-agent baseline, if any.
+
+    Raises:
+        EvalInputError: an unknown control, a control with a baseline, or one outside high DoM.
+    """
+    from mas_orchestra.bench.evaluation.common import EvalInputError
+
+    if control is None:
+        return
+    if control not in CONTROLS:
+        raise EvalInputError(f"unknown control {control!r}; valid: {', '.join(CONTROLS)}")
+    if baseline is not None:
+        raise EvalInputError(f"--{control} changes an orchestrator's plan; a --baseline run has none")
+    if dom != "high":
+        raise EvalInputError(f"--{control} needs --dom high: a low-DoM plan is one agent with no wiring to change")
 
 
 def _plain_kinds(registry: AgentRegistry) -> list[AgentKind]:

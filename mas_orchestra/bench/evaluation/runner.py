@@ -26,6 +26,7 @@ from mas_orchestra.bench.evaluation.common import (
     load_rows,
     log,
 )
+from mas_orchestra.bench.evaluation.controls import check_control
 from mas_orchestra.bench.evaluation.plots import discover_run_dirs, pareto_plot
 from mas_orchestra.bench.evaluation.storage import (
     _check_config,
@@ -208,19 +209,6 @@ def _check_arguments(
         raise MissingExtraError("grader 'math' (Math-Verify)", "grading", "math_verify")
 
 
-def _check_control(control: str | None, dom: str, baseline: str | None) -> None:
-    from mas_orchestra.bench.evaluation.controls import CONTROLS
-
-    if control is None:
-        return
-    if control not in CONTROLS:
-        raise EvalInputError(f"unknown control {control!r}; valid: {', '.join(CONTROLS)}")
-    if baseline is not None:
-        raise EvalInputError(f"--{control} changes an orchestrator's plan; a --baseline run has none")
-    if dom != "high":
-        raise EvalInputError(f"--{control} needs --dom high: a low-DoM plan is one agent with no wiring to change")
-
-
 async def aevaluate(
     rows: str | os.PathLike[str] | Iterable[Mapping[str, Any]],
     *,
@@ -309,7 +297,7 @@ async def aevaluate(
         raise EvalInputError(str(exc)) from None
     if baseline == "search" and search is None:
         raise EvalInputError("baseline 'search' needs a search backend: --search bm25:<corpus.jsonl>|ddg|tavily")
-    _check_control(control, dom, baseline)
+    check_control(control, dom, baseline)
     if is_official_source(rows):
         data_label: str = str(rows).strip()
     elif isinstance(rows, (str, os.PathLike)):
