@@ -30,8 +30,8 @@ from typing import Any
 
 from mas_orchestra.bench.datasets import read_rows
 from mas_orchestra.bench.masbench import generate
-from mas_orchestra.bench.masbench.graph import ancestors
 from mas_orchestra.bench.masbench.graph import evaluate as evaluate_graph
+from mas_orchestra.bench.masbench.graph import op_depths
 from mas_orchestra.bench.masbench.official import is_official_source, load_official_source
 from mas_orchestra.prompts import orchestrator_messages
 from mas_orchestra.registry import AgentRegistry, default_registry
@@ -115,9 +115,9 @@ def load_jsonl(path: str | Path) -> list[dict[str, Any]]:
 def load_masbench(axis: str, values: Sequence[int], n: int = 8, seed: int = 0, split: str = "train") -> list[dict]:
     """MASBench problems generated on the fly (:func:`mas_orchestra.bench.masbench.generate`).
 
-    Each row carries its ``intermediates``: the computed quantities the answers depend on, as
-    ``the <quantity> = <value>`` facts (the reward's optional partial credit counts how many of them the final
-    agent's text states).
+    Each row carries its ``intermediates``: the quantities on a longest dependency chain of each answer, one
+    per level, as ``the <quantity> = <value>`` facts (the reward's optional partial credit counts how many of
+    them the final agent's text states).
 
     Args:
         axis: The MASBench axis.
@@ -138,13 +138,19 @@ def load_masbench(axis: str, values: Sequence[int], n: int = 8, seed: int = 0, s
 
 
 def intermediate_facts(graph: Mapping[str, Mapping[str, Any]], targets: Sequence[str]) -> list[str]:
-    """``the <quantity> = <value>`` for every computed (non-constant) quantity the targets depend on, targets
-    included, in a stable order."""
+    """``the <quantity> = <value>`` for the quantities on one longest dependency chain of each target, from the
+    first operation up to the target: one fact per level, so the share a final agent states is how far up the
+    chain it got (side quantities, which one round of arithmetic computes at once, are left out)."""
     values = evaluate_graph(graph)  # type: ignore[arg-type]
-    needed: set[str] = set()
+    depth = op_depths(graph)  # type: ignore[arg-type]
+    facts: list[str] = []
     for target in targets:
-        needed |= ancestors(graph, target)  # type: ignore[arg-type]
-    return [f"the {name} = {values[name]}" for name in graph if name in needed and graph[name]["op"] != "const"]
+        chain, name = [], target
+        while graph[name]["op"] != "const":
+            chain.append(name)
+            name = max(graph[name]["inputs"], key=lambda x: depth[x])
+        facts.extend(f"the {q} = {values[q]}" for q in reversed(chain))
+    return facts
 
 
 def _first_user_text(prompt: Any) -> str:
