@@ -177,3 +177,22 @@ def test_eval_ablate_wiring_runs_the_plan_without_its_references(tmp_path):
     assert summary["control"] == "ablate-wiring" and "control[ablate-wiring]" in summary["label"]
     assert summary["structure"]["ref_depth_mean"] == 1.0 and summary["structure"]["depth_mean"] == 3.0
     assert summary["avg_at_k"] == 1.0  # the scripted sub-agent answers 4 whatever it is given
+
+
+def test_training_curve_reads_tables_and_plots_structure(tmp_path):
+    from mas_orchestra.bench.training_curve import curve_from_history, format_curve, plot_training
+
+    history = [{"step": s, "reward": r, "valid_spec_rate": 1.0, "agents_per_spec": a, "delegation_share": 0.0,
+                "correct_rate": r, "structure/depth_mean": a, "structure/ref_depth_mean": d,
+                "structure/width_mean": 1.0, "structure/wired_share": w}
+               for s, r, a, d, w in ((1, 0.0, 2.0, 1.25, 0.25), (2, 0.5, 2.5, 2.0, 0.75), (3, 1.0, 3.0, 3.0, 1.0))]
+    curve = curve_from_history(history)
+    assert [p.structure["ref_depth_mean"] for p in curve] == [1.25, 2.0, 3.0]
+    table = format_curve(curve).splitlines()
+    assert table[0].split()[-4:] == ["depth", "refdepth", "width", "wired"]
+    assert table[3].split()[-4:] == ["3.00", "3.00", "1.00", "1.00"]
+    old = format_curve(curve_from_history([{k: v for k, v in e.items() if not k.startswith("structure/")}
+                                           for e in history]))
+    assert "refdepth" not in old  # runs logged before the structure metrics keep their table
+    png = plot_training(curve, tmp_path / "curve.png")
+    assert png.stat().st_size > 1000
