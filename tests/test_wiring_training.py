@@ -256,3 +256,20 @@ def test_partial_credit_counts_how_far_up_the_chain_the_final_agent_got():
     zero = make_outcome_reward(subagent=CALC, registry=offered_registry(None, agents=["cot", "sc"]))
     assert asyncio.run(zero(prompts=[[{"role": "user", "content": "x"}]], completions=[chain(2)],
                             answer=[row["answer"]], question=[row["question"]], intermediates=[facts])) == [0.0]
+
+
+def test_pareto_replays_the_same_plans_on_one_pool_model(depth3):
+    from training.pareto import _replay, _strong_share, force_model, pool_models
+
+    models = pool_models()
+    registry = with_pool(offered_registry(None, agents=["cot", "sc"]), models)
+    row = depth3[0]
+    records = [{"id": row["id"], "sample": 0, "question": row["question"], "truth": row["answer"],
+                "orchestration": chain(2, model="fast")}]
+    fast = asyncio.run(_replay(records, "fast", registry, models))
+    strong = asyncio.run(_replay(records, "strong", registry, models))
+    assert not fast[0]["correct"] and strong[0]["correct"]  # two strong rounds x 2 agents reach depth 3
+    assert _strong_share(strong) == 1.0 and _strong_share(fast) == 0.0
+    spec = force_model(spec_from_data({"nodes": [{"id": "A", "agent": "cot", "params": {"model": "fast"}}]},
+                                      registry=registry), "strong")
+    assert spec.nodes[0].params["model"] == "strong"
