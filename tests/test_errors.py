@@ -63,6 +63,7 @@ BUILTIN_BASE: dict[str, type[BaseException]] = {
     "mas_orchestra.studio.security.BodyTooLargeError": ValueError,
     "mas_orchestra.models.policy.ModelNotAllowedError": ValueError,
     "mas_orchestra.prompt_templates.PromptTemplateError": ValueError,
+    "mas_orchestra.environment.EnvironmentVariableError": ValueError,
 }
 
 _BUILTIN_EXCEPTIONS = {
