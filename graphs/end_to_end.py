@@ -120,7 +120,7 @@ def orchestra_from_config(config: RunnableConfig | None) -> Orchestra:
             conf = _configurable(config)
             models = [keyless(m, settings.call_timeout) if conf.get(name) is not None else m
                       for name, m in (("orchestrator", orchestrator), ("subagent", subagent))]
-            _cache[key] = Orchestra(*models, dom=dom, search=search, settings=settings, mcp=mcp)
+            _cache[key] = Orchestra(models[0], models[1], dom=dom, search=search, settings=settings, mcp=mcp)
         return _cache[key]
 
 
