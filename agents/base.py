@@ -87,6 +87,7 @@ class Usage(BaseModel):
 
     @property
     def total_tokens(self) -> int:
+        """Input plus output tokens."""
         return self.input_tokens + self.output_tokens
 
     def record(self, model_name: str, message: BaseMessage | None) -> None:
@@ -117,7 +118,15 @@ class Usage(BaseModel):
 
 
 class AgentResult(BaseModel):
-    """What one agent produced: its reasoning, its final answer and what it cost."""
+    """What one agent produced: its reasoning, its final answer and what it cost.
+
+    Attributes:
+        agent: The agent kind that produced it.
+        thinking: The reasoning (the reply's ``<thinking>``).
+        answer: The final answer (the reply's ``<answer>``).
+        usage: Calls and tokens of this agent.
+        details: Kind-specific extras as plain data (votes, rounds, tool calls …).
+    """
 
     agent: str
     thinking: str = ""
@@ -126,7 +135,11 @@ class AgentResult(BaseModel):
     details: dict[str, Any] = Field(default_factory=dict)
 
     def text(self) -> str:
-        """Readable rendering used when this result fills a downstream ``${id}`` placeholder."""
+        """Readable rendering used when this result fills a downstream ``${id}`` placeholder.
+
+        Returns:
+            ``Reasoning: …`` (when there is any) and ``Answer: …`` lines.
+        """
         if self.thinking.strip():
             return f"Reasoning: {self.thinking.strip()}\nAnswer: {self.answer.strip()}"
         return f"Answer: {self.answer.strip()}"
@@ -150,6 +163,7 @@ Temperature = Annotated[float, Field(ge=0.0, le=2.0, description="Sampling tempe
 
 @dataclass(frozen=True)
 class ParsedReply:
+    """A sub-agent reply read as ``<thinking>…</thinking><answer>…</answer>`` (``raw``: the text as written)."""
     thinking: str
     answer: str
     raw: str
@@ -411,6 +425,10 @@ class Agent:
 
     An agent instance is also a LangGraph node: ``builder.add_node("cot", CoTAgent(model))`` reads the
     task from the state key ``task`` (or ``question``) and writes ``result`` and ``answer``.
+
+    Attributes:
+        kind: The agent kind's canonical name.
+        params_model: The parameters a spec may set for this block (defaults and bounds), read by the registry.
     """
 
     kind: str = "agent"
@@ -418,9 +436,21 @@ class Agent:
     params_model: ClassVar[type[Params]] = Params
 
     async def arun(self, task: str) -> AgentResult:
+        """Solve a (sub-)task.
+
+        Args:
+            task: The (sub-)task text.
+
+        Returns:
+            The result: reasoning, answer and usage.
+
+        Raises:
+            SubAgentError: The model failed or never wrote a parsable reply.
+        """
         raise NotImplementedError
 
     async def __call__(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """Run as a LangGraph node: the state's ``task`` (or ``question``) in, ``result`` and ``answer`` out."""
         task = state.get("task") or state.get("question")
         if not isinstance(task, str):
             raise TypeError(f"{type(self).__name__} node needs a 'task' or 'question' string in the state")

@@ -32,7 +32,13 @@ async def cot_attempt(
 
 
 class CoTAgent(Agent):
-    """Answer a task with one step-by-step call."""
+    """Answer a task with one step-by-step call.
+
+    Args:
+        model: The sub-agent chat model (any Runnable over messages).
+        temperature: Sampling temperature of every call (``None``: the model's own).
+        settings: Per-call time-out, concurrency limiter and reply grammar (default: none).
+    """
 
     kind = "cot"
     params_model = CoTParams
@@ -49,6 +55,17 @@ class CoTAgent(Agent):
         self.settings = settings or CallSettings()
 
     async def arun(self, task: str) -> AgentResult:
+        """One step-by-step call.
+
+        Args:
+            task: The (sub-)task text.
+
+        Returns:
+            The result: reasoning, answer and usage.
+
+        Raises:
+            SubAgentError: The model failed or never wrote a parsable reply.
+        """
         usage = Usage()
         reply = await cot_attempt(
             self.model, task, usage=usage, temperature=self.temperature, settings=self.settings

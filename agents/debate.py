@@ -43,6 +43,17 @@ class DebateAgent(Agent):
 
     From the second round on each debater sees the other debaters' previous reasoning and answers.
     Calls: ``rounds × len(roles) + 1``.
+
+    Args:
+        model: The sub-agent chat model (any Runnable over messages).
+        roles: The debaters' roles, at least two (blank ones are dropped).
+        rounds: Debate rounds before the judge decides.
+        temperature: Sampling temperature of every call (``None``: the model's own).
+        max_parallel: Debaters in flight at once within a round (``None``: all of them).
+        settings: Per-call time-out, concurrency limiter and reply grammar (default: none).
+
+    Raises:
+        ValueError: Fewer than two roles, or ``rounds`` below 1.
     """
 
     kind = "debate"
@@ -71,6 +82,17 @@ class DebateAgent(Agent):
         self.settings = settings or CallSettings()
 
     async def arun(self, task: str) -> AgentResult:
+        """Debate for the rounds, then let the judge decide.
+
+        Args:
+            task: The (sub-)task text.
+
+        Returns:
+            The result: reasoning, answer and usage.
+
+        Raises:
+            SubAgentError: The model failed or never wrote a parsable reply.
+        """
         usage = Usage()
         gate = asyncio.Semaphore(self.max_parallel or len(self.roles))
         previous: list[ParsedReply] = []

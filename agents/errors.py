@@ -20,6 +20,15 @@ def install_command(extra: str) -> str:
     """The exact command that installs an optional extra: ``pip install 'mas-orchestra[<extra>]'``.
 
     The one place this command is spelled; every install hint of the project is built from it.
+
+    Args:
+        extra: The extra's name (letters, digits, ``-`` and ``_``).
+
+    Returns:
+        The command, the extra quoted for shells that glob square brackets.
+
+    Raises:
+        ValueError: Not an extra name.
     """
     if not extra or not extra.replace("-", "").replace("_", "").isalnum():
         raise ValueError(f"not an extra name: {extra!r}")
@@ -34,13 +43,23 @@ class MasOrchestraError(Exception):
 class MissingExtraError(MasOrchestraError, ImportError):
     """An optional dependency is missing; the message carries the exact command that installs it.
 
-    ``what`` names what needed it (``"the BM25 backend"``); ``extra`` is the optional extra holding the
-    package (the command is then ``pip install 'mas-orchestra[<extra>]'``), ``package`` the missing package.
-    ``command`` replaces the command for a dependency that no extra installs; ``what`` is then written as is,
-    followed by ``; install with: <command>``. Being an ``ImportError``, it is caught wherever a missing
-    optional package is expected.
+    Being an ``ImportError``, it is caught wherever a missing optional package is expected.
 
-    Attributes: ``extra`` (str or None), ``command`` (str), ``package`` (str or None).
+    Args:
+        what: What needed it (``"the BM25 backend"``).
+        extra: The optional extra holding the package (the command is then
+            ``pip install 'mas-orchestra[<extra>]'``).
+        package: The missing package.
+        command: Replaces the command for a dependency that no extra installs; ``what`` is then written as
+            is, followed by ``; install with: <command>``.
+
+    Attributes:
+        extra: The extra (``None`` when ``command`` was given instead).
+        command: The command that installs what is missing.
+        package: The missing package, or ``None``.
+
+    Raises:
+        TypeError: Neither ``extra`` nor ``command`` was given.
     """
 
     def __init__(

@@ -33,6 +33,12 @@ def normalize_answer(answer: str) -> str:
 
     ``\\boxed{1,000}``, ``1000.0`` and ``$1000$`` all become ``1000``; ``\\frac{1}{2}`` and ``0.5``
     become ``1/2``. Non-numeric answers are compared case- and space-insensitively.
+
+    Args:
+        answer: An answer as a model wrote it.
+
+    Returns:
+        The canonical form (equal forms mean the same answer).
     """
     text = _unbox(answer.strip())
     text = _TEXT_RE.sub(r"\1", text)

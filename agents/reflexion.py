@@ -29,7 +29,17 @@ def _critic_accepts(verdict: str) -> bool:
 
 
 class ReflexionAgent(Agent):
-    """One attempt, then up to ``rounds`` critic → refine rounds (``1 + 2·rounds`` calls at most)."""
+    """One attempt, then up to ``rounds`` critic → refine rounds (``1 + 2·rounds`` calls at most).
+
+    Args:
+        model: The sub-agent chat model (any Runnable over messages).
+        rounds: Maximum critic/refine rounds (``0``: the attempt only).
+        temperature: Sampling temperature of every call (``None``: the model's own).
+        settings: Per-call time-out, concurrency limiter and reply grammar (default: none).
+
+    Raises:
+        ValueError: ``rounds`` is negative.
+    """
 
     kind = "reflexion"
     params_model = ReflexionParams
@@ -50,6 +60,17 @@ class ReflexionAgent(Agent):
         self.settings = settings or CallSettings()
 
     async def arun(self, task: str) -> AgentResult:
+        """Attempt, then critic and refine until the critic accepts or the rounds run out.
+
+        Args:
+            task: The (sub-)task text.
+
+        Returns:
+            The result: reasoning, answer and usage.
+
+        Raises:
+            SubAgentError: The model failed or never wrote a parsable reply.
+        """
         usage = Usage()
         reply = await cot_attempt(
             self.model, task, usage=usage, temperature=self.temperature, settings=self.settings

@@ -29,6 +29,16 @@ class SCAgent(Agent):
 
     Samples whose reply never parsed are dropped from the vote; the agent fails only if none parsed.
     Ties go to the answer that appeared first.
+
+    Args:
+        model: The sub-agent chat model (any Runnable over messages).
+        samples: Number of CoT samples to vote over.
+        temperature: Sampling temperature of every call (``None``: the model's own).
+        max_parallel: Samples in flight at once (``None``: all of them).
+        settings: Per-call time-out, concurrency limiter and reply grammar (default: none).
+
+    Raises:
+        ValueError: ``samples`` is below 1.
     """
 
     kind = "sc"
@@ -52,6 +62,17 @@ class SCAgent(Agent):
         self.settings = settings or CallSettings()
 
     async def arun(self, task: str) -> AgentResult:
+        """Sample, vote, and return the majority answer (``details`` holds the votes).
+
+        Args:
+            task: The (sub-)task text.
+
+        Returns:
+            The result: reasoning, answer and usage.
+
+        Raises:
+            SubAgentError: The model failed or never wrote a parsable reply.
+        """
         usage = Usage()
         gate = asyncio.Semaphore(self.max_parallel or self.samples)
 

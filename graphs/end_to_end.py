@@ -65,9 +65,18 @@ def served_model_policy() -> ModelPolicy:
 def model_from_config(config: RunnableConfig | None, key: str, env: str) -> str:
     """The model string a run asked for under ``configurable[key]``, else ``$env``, else ``embedded``.
 
+    Args:
+        config: The run's config.
+        key: ``orchestrator`` or ``subagent``.
+        env: The environment variable read when the config does not name one.
+
+    Returns:
+        The model string.
+
     Raises:
-        ValueError: a config value that is not a model string, a ``python:`` one, or one the server's
-            :func:`served_model_policy` refuses (:class:`~mas_orchestra.models.policy.ModelNotAllowedError`).
+        ValueError: A value that is not a model string, a ``python:`` one (those import code, so only the
+            server's environment may name them), or one the server's :func:`served_model_policy` refuses
+            (:class:`~mas_orchestra.models.policy.ModelNotAllowedError`).
     """
     value = _configurable(config).get(key)
     if value is None:
@@ -100,7 +109,17 @@ _lock = threading.Lock()
 
 
 def orchestra_from_config(config: RunnableConfig | None) -> Orchestra:
-    """The :class:`Orchestra` of a run's setup (built once per distinct setup, then reused)."""
+    """The :class:`Orchestra` of a run's setup (built once per distinct setup, then reused).
+
+    Args:
+        config: The run's config; ``configurable`` may name models, ``dom`` and the ``RunSettings`` fields.
+
+    Returns:
+        The Orchestra (search and MCP come from ``MAS_SEARCH`` / ``MAS_MCP`` only).
+
+    Raises:
+        ValueError: A bad model string or a non-numeric setting.
+    """
     key = _setup_key(config)
     with _lock:
         if key not in _cache:
@@ -125,7 +144,14 @@ def orchestra_from_config(config: RunnableConfig | None) -> Orchestra:
 
 
 def approval_from_config(config: RunnableConfig | None) -> bool:
-    """Whether a run pauses for approval: ``configurable["interrupt_before_execute"]`` or ``$MAS_APPROVAL``."""
+    """Whether a run pauses for approval: ``configurable["interrupt_before_execute"]`` or ``$MAS_APPROVAL``.
+
+    Args:
+        config: The run's config.
+
+    Returns:
+        True for ``True`` or a true-looking string (``1``, ``true``, ``yes`` …).
+    """
     value = _configurable(config).get("interrupt_before_execute")
     if value is None:
         return environment.flag("MAS_APPROVAL")
@@ -137,6 +163,14 @@ def build_graph(orchestra: Orchestra | None = None, *, checkpointer: Any = None)
 
     A LangGraph server attaches its own checkpointer; pass ``checkpointer`` to run it yourself with
     threads (``graph.invoke({"question": …}, {"configurable": {"thread_id": …}})``).
+
+    Args:
+        orchestra: A fixed Orchestra; ``None`` builds one per run from its config (see
+            :func:`orchestra_from_config`).
+        checkpointer: A LangGraph checkpointer.
+
+    Returns:
+        The compiled ``orchestrate → validate → approve → execute`` graph.
     """
     if orchestra is not None:
         fixed = orchestra

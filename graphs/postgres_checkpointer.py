@@ -7,7 +7,7 @@ thread's checkpoints (the orchestration, the approval, every node result) in the
 :func:`mas_orchestra.runtime.postgres.open_async_postgres_checkpointer` (the project's serializer allowlist, the
 schema check, errors naming the database without its password). The in-memory server keeps its own thread and
 run records in memory; only the checkpoints live in PostgreSQL, so ``mas-orchestra`` workers and scripts can read
-and resume the served threads there (see the README's "Scaling out").
+and resume the served threads there (see docs/guides/postgresql.md).
 """
 
 from __future__ import annotations

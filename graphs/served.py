@@ -35,25 +35,60 @@ def _model(config: RunnableConfig | None) -> str:
 
 
 def cot(config: RunnableConfig) -> CompiledStateGraph:
-    """Chain-of-thought baseline on the run's sub-agent model."""
+    """Chain-of-thought baseline on the run's sub-agent model.
+
+    Args:
+        config: The run's config; ``configurable["subagent"]`` (else ``$MAS_SUBAGENT``) names the model.
+
+    Returns:
+        The compiled graph.
+    """
     return _baseline("cot", _model(config))
 
 
 def sc(config: RunnableConfig) -> CompiledStateGraph:
-    """Self-consistency baseline on the run's sub-agent model."""
+    """Self-consistency baseline on the run's sub-agent model.
+
+    Args:
+        config: The run's config; ``configurable["subagent"]`` (else ``$MAS_SUBAGENT``) names the model.
+
+    Returns:
+        The compiled graph.
+    """
     return _baseline("sc", _model(config))
 
 
 def reflexion(config: RunnableConfig) -> CompiledStateGraph:
-    """Reflexion baseline on the run's sub-agent model."""
+    """Reflexion baseline on the run's sub-agent model.
+
+    Args:
+        config: The run's config; ``configurable["subagent"]`` (else ``$MAS_SUBAGENT``) names the model.
+
+    Returns:
+        The compiled graph.
+    """
     return _baseline("reflexion", _model(config))
 
 
 def debate(config: RunnableConfig) -> CompiledStateGraph:
-    """Debate baseline on the run's sub-agent model."""
+    """Debate baseline on the run's sub-agent model.
+
+    Args:
+        config: The run's config; ``configurable["subagent"]`` (else ``$MAS_SUBAGENT``) names the model.
+
+    Returns:
+        The compiled graph.
+    """
     return _baseline("debate", _model(config))
 
 
 def diamond(config: RunnableConfig) -> CompiledStateGraph:
-    """The diamond example spec on the run's sub-agent model."""
+    """The diamond example spec on the run's sub-agent model.
+
+    Args:
+        config: The run's config; ``configurable["subagent"]`` (else ``$MAS_SUBAGENT``) names the model.
+
+    Returns:
+        The compiled graph.
+    """
     return _diamond(_model(config))

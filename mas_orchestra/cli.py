@@ -114,6 +114,7 @@ def _cmd_plot_training(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``mas-orchestra`` argument parser with every subcommand (the CLI reference is rendered from it)."""
     parser = argparse.ArgumentParser(
         prog="mas-orchestra",
         description="Holistic multi-agent orchestration compiled to LangGraph.",
@@ -165,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``mas-orchestra`` with ``argv`` (default ``sys.argv[1:]``) and return the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

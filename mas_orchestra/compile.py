@@ -174,28 +174,46 @@ def compile_spec(
 ) -> CompiledStateGraph:
     """Build the LangGraph graph of a spec. Invoke it with ``{"question": "…"}``.
 
-    ``model`` runs every node unless ``models`` names another model for a node id or an agent kind
-    (``{"S1": big_model, "search": tool_model}``). ``search`` is handed to every search node; a spec
-    with a search node and no backend is a :class:`CompileError`.
+    With a ``checkpointer``, invoke with ``config={"configurable": {"thread_id": …}}``: every superstep's node
+    results are checkpointed, so ``graph.invoke(None, config)`` after a crash or error re-runs only the nodes
+    that had not finished, and ``graph.get_state(config)`` / ``get_state_history`` show each node's result.
+    ``timeout`` (the whole run) is enforced by whoever runs the graph
+    (:func:`~mas_orchestra.runtime.execute_spec`, :class:`~mas_orchestra.runtime.Orchestra`).
 
-    ``settings`` (a :class:`~mas_orchestra.settings.RunSettings`, passed whole): ``max_concurrency`` bounds
-    the model calls in flight across the whole graph, ``call_timeout`` each sub-agent call, and
-    ``max_retries`` wraps every model in LangChain's ``with_retry`` for transient errors (time-outs,
-    connection errors, rate limits, 5xx). ``timeout`` (the whole run) is enforced by whoever runs the graph
-    (:func:`~mas_orchestra.runtime.execute_spec`, :class:`~mas_orchestra.runtime.Orchestra`). Without
-    ``settings`` the graph has no bounds and no retries. ``constrain_reply`` binds the reply grammar to each
-    model (see :mod:`mas_orchestra.models.constraints`).
+    Args:
+        spec: The validated spec.
+        model: The model every node runs on (a chat model or a model string), unless ``models`` says otherwise.
+        models: Another model for a node id or an agent kind (``{"S1": big_model, "search": tool_model}``).
+        search: The search backend handed to every search node.
+        registry: The agent registry the spec was parsed with (default: the default registry). A registry built
+            by :func:`~mas_orchestra.offers.with_pool` runs each node on the pool model it names.
+        settings: A :class:`~mas_orchestra.settings.RunSettings`, passed whole: ``max_concurrency`` bounds the
+            model calls in flight across the whole graph, ``call_timeout`` each sub-agent call, and
+            ``max_retries`` wraps every model in LangChain's ``with_retry`` for transient errors (time-outs,
+            connection errors, rate limits, 5xx). Without ``settings`` the graph has no bounds and no retries.
+        constrain_reply: Binds the reply grammar to each model (see :mod:`mas_orchestra.models.constraints`).
+        checkpointer: Any LangGraph checkpointer (``InMemorySaver``, ``SqliteSaver``/``AsyncSqliteSaver``,
+            ``PostgresSaver``…; :mod:`mas_orchestra.runtime.checkpoint` builds ones with a serializer that
+            allows our types).
+        tools: LangChain tools (and MCP tools, see :func:`agents.tools.load_mcp_tools`) for ``ToolAgent``
+            nodes; the registry is then :func:`~mas_orchestra.offers.with_tools` of ``registry`` (parse the
+            spec with the same).
 
-    ``checkpointer``: any LangGraph checkpointer (``InMemorySaver``, ``SqliteSaver``/``AsyncSqliteSaver``,
-    ``PostgresSaver``…; :mod:`mas_orchestra.runtime.checkpoint` builds ones with a serializer that allows our
-    types). Then invoke with ``config={"configurable": {"thread_id": …}}``: every superstep's node results
-    are checkpointed, so ``graph.invoke(None, config)`` after a crash or error re-runs only the nodes that
-    had not finished, and ``graph.get_state(config)`` / ``get_state_history`` show each node's result.
-    Resuming a thread written by another spec raises :class:`~mas_orchestra.errors.ThreadMismatchError`.
+    Returns:
+        The compiled graph; its state's ``final_answer`` is the sink's answer and ``results`` each node's
+        :class:`~agents.base.AgentResult`.
 
-    ``tools``: LangChain tools (and MCP tools, see :func:`agents.tools.load_mcp_tools`) for ``ToolAgent`` nodes;
-    the registry is then :func:`~mas_orchestra.offers.with_tools` of ``registry`` (parse the spec with the same).
-    A registry built by :func:`~mas_orchestra.offers.with_pool` runs each node on the pool model it names.
+    Raises:
+        TypeError: ``spec`` is not a :class:`~mas_orchestra.spec.GraphSpec`.
+        CompileError: A search node without a search backend, or a node that cannot be built.
+        ThreadMismatchError: When invoked: resuming a thread written by another spec.
+
+    Example:
+        ```python
+        spec = parse_orchestration(open("graphs/specs/diamond.xml").read())
+        graph = compile_spec(spec, model=ScriptedChatModel())
+        print(graph.invoke({"question": "What is 17 * 23?"})["final_answer"])
+        ```
     """
     if not isinstance(spec, GraphSpec):
         raise TypeError(f"compile_spec expects a GraphSpec, got {type(spec).__name__}")

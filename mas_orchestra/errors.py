@@ -31,8 +31,23 @@ __all__ = [
 class SpecError(MasOrchestraError, ValueError):
     """A malformed or invalid orchestration: the only exception bad orchestration text raises.
 
-    ``problems`` lists every violation found, each naming where it is (``agent 'A': …``,
-    ``edge 2: …``, ``cycle: A -> B -> A``); ``str(exc)`` joins them.
+    ``str(exc)`` joins the problems with ``; ``.
+
+    Args:
+        problems: One problem, or every violation found, each naming where it is (``agent 'A': …``,
+            ``edge 2: …``, ``cycle: A -> B -> A``).
+
+    Attributes:
+        problems: The problems, as a list.
+
+    Example:
+        ```python
+        try:
+            parse_orchestration(text)
+        except SpecError as exc:
+            for problem in exc.problems:
+                print(problem)
+        ```
     """
 
     def __init__(self, problems: str | Iterable[str]) -> None:
@@ -47,7 +62,18 @@ class CompileError(MasOrchestraError, ValueError):
 
 
 class NodeExecutionError(MasOrchestraError, RuntimeError):
-    """An agent failed while the graph ran; names the node and its kind."""
+    """An agent failed while the graph ran; names the node and its kind.
+
+    Args:
+        node_id: The node that failed.
+        block: Its agent kind's block name.
+        cause: What the agent raised.
+
+    Attributes:
+        node_id: The node that failed.
+        block: Its agent kind's block name.
+        cause: What the agent raised.
+    """
 
     def __init__(self, node_id: str, block: str, cause: BaseException) -> None:
         super().__init__(f"agent {node_id!r} ({block}) failed: {type(cause).__name__}: {cause}")
@@ -74,8 +100,16 @@ class DataError(MasOrchestraError, ValueError):
 class CheckpointError(MasOrchestraError, RuntimeError):
     """A checkpoint store cannot be used: corrupt, locked, unreadable or not a checkpoint database.
 
-    ``path`` names the file (or store); the store is never modified or recreated by the code that raises
-    this, so what it already holds is kept.
+    The store is never modified or recreated by the code that raises this, so what it already holds is kept.
+
+    Args:
+        path: The file (or store).
+        problem: What is wrong with it.
+        fix: What to do about it.
+
+    Attributes:
+        path: The file (or store).
+        problem: What is wrong with it.
     """
 
     def __init__(self, path: str, problem: str, fix: str) -> None:
@@ -87,8 +121,16 @@ class CheckpointError(MasOrchestraError, RuntimeError):
 class ThreadMismatchError(MasOrchestraError, ValueError):
     """A thread is resumed with a different question, spec or model set than the one that started it.
 
-    ``differences`` maps what differs (``question``, ``spec``, ``orchestrator``, ``subagent``, ``dom``…) to
-    ``(stored, given)``; nothing is run and nothing stored is changed.
+    Nothing is run and nothing stored is changed.
+
+    Args:
+        thread_id: The thread.
+        differences: What differs (``question``, ``spec``, ``orchestrator``, ``subagent``, ``dom``…) mapped to
+            ``(stored, given)``.
+
+    Attributes:
+        thread_id: The thread.
+        differences: What differs, mapped to ``(stored, given)``.
     """
 
     def __init__(self, thread_id: str, differences: dict[str, tuple[object, object]]) -> None:

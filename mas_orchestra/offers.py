@@ -41,7 +41,12 @@ class PoolError(MasOrchestraError, ValueError):
 def with_tools(registry: AgentRegistry | None, tools: Iterable[Any] | None) -> AgentRegistry:
     """``registry`` plus the ``ToolAgent`` kind over ``tools`` (LangChain tools, MCP tools, functions).
 
-    Without tools the registry is returned unchanged (no tool agent is offered).
+    Args:
+        registry: The kinds offered so far.
+        tools: The tools; their names become the values the kind's ``tools`` parameter may take.
+
+    Returns:
+        A new registry, or ``registry`` unchanged without tools (no tool agent is offered).
     """
     base = registry or default_registry
     toolset = as_toolset(tools)
@@ -90,8 +95,17 @@ def with_pool(
 ) -> AgentRegistry:
     """``registry`` with a ``model`` parameter on every kind, choosing among ``pool`` (name -> model).
 
-    ``defaults`` maps an agent kind (any of its names) to the pool name its nodes use when the orchestrator
-    names none (else the pool's first). A pool of one model needs no parameter: the registry is unchanged.
+    Args:
+        registry: The kinds offered so far.
+        pool: Pool name → model.
+        defaults: Agent kind (any of its names) → the pool name its nodes use when the orchestrator names
+            none (else the pool's first).
+
+    Returns:
+        A new registry, or ``registry`` unchanged for a pool of one model (no parameter needed).
+
+    Raises:
+        PoolError: A default naming an unknown kind or pool model.
     """
     base = registry or default_registry
     names = tuple(_check_pool_name(name) for name in pool)
@@ -140,6 +154,16 @@ def subagent_from_args(values: Iterable[str] | None, default: str = "embedded") 
 
     ``["openai:gpt-4o-mini"]`` is one model; ``["fast=openai:gpt-4o-mini", "strong=anthropic:claude-sonnet-4-5"]``
     a pool (the first is the default). Mixing the forms, or a name given twice, raises :class:`PoolError`.
+
+    Args:
+        values: The ``--subagent`` values.
+        default: The model when none is given.
+
+    Returns:
+        One model string, or a pool ``{name: model}``.
+
+    Raises:
+        PoolError: Mixed forms, or a name given twice.
     """
     items = [v.strip() for v in (values or []) if v.strip()]
     if not items:

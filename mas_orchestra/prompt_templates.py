@@ -52,7 +52,10 @@ PLACEHOLDERS: dict[str, str] = {
     "question": "the task",
     "agents": "our description of each offered agent (block name, description, parameters with bounds)",
     "agent_names": "the offered agents' block names, comma-separated",
-    "example": "a worked example orchestration in the format of the DoM, naming offered agents only",
+    "example": "worked example orchestrations in the format of the DoM, naming offered agents only (high DoM: "
+               "a two-agent chain wired with ${A1}, then a single agent)",
+    "example_chain": "high DoM: only the two-agent chain example; low DoM: empty",
+    "example_single": "only the single-agent example of the DoM",
     "archive": "the offered agents as a JSON list in archive order (description, name, required_arguments)",
     "agent_cot": "CoTAgent as one JSON object (empty when not offered)",
     "agent_sc": "SCAgent as one JSON object (empty when not offered)",
@@ -70,7 +73,14 @@ _BUILTIN = "mas_orchestra.prompts"
 class PromptTemplateError(MasOrchestraError, ValueError):
     """A prompt template folder that cannot be used: a missing part, an unknown placeholder, no ``{question}``.
 
-    ``path`` names the folder or file, ``placeholder`` the offending placeholder (when there is one).
+    Args:
+        path: The folder or file.
+        problem: What is wrong.
+        placeholder: The offending placeholder, when there is one.
+
+    Attributes:
+        path: The folder or file.
+        placeholder: The offending placeholder, or ``None``.
     """
 
     def __init__(self, path: str, problem: str, *, placeholder: str | None = None) -> None:
@@ -81,7 +91,12 @@ class PromptTemplateError(MasOrchestraError, ValueError):
 
 @dataclass(frozen=True)
 class PromptTemplate:
-    """The parts of one template (``(role, file name, text)`` each) and where they were read from."""
+    """The parts of one template and where they were read from.
+
+    Attributes:
+        source: The folder (or ``<builtin>/<dom>``) the parts were read from.
+        parts: ``(role, file name, text)`` of each chat message, in order.
+    """
 
     source: str
     parts: tuple[tuple[str, str, str], ...]
@@ -91,8 +106,15 @@ class PromptTemplate:
         return {m.group(2) for _, _, text in self.parts for m in _PLACEHOLDER_RE.finditer(text) if m.group(2)}
 
     def render(self, values: Mapping[str, str] | Callable[[str], str]) -> list[dict[str, str]]:
-        """The chat messages (``{"role", "content"}``), placeholders filled from ``values`` (a mapping or a
-        function of the name, so costly values are built only when used); empty parts send nothing."""
+        """The chat messages, placeholders filled; empty parts send nothing.
+
+        Args:
+            values: A mapping, or a function of the placeholder name (so costly values are built only when
+                used).
+
+        Returns:
+            ``{"role", "content"}`` dicts, in order.
+        """
         get = values.__getitem__ if isinstance(values, Mapping) else values
         filled: dict[str, str] = {}
 
@@ -158,8 +180,21 @@ def _builtin(dom: Dom) -> PromptTemplate:
 
 
 def load_template(source: str | Path | PromptTemplate | None, dom: Dom = "high") -> PromptTemplate:
-    """The template for ``dom``: ours (``None``), a :class:`PromptTemplate`, or a folder path (its ``<dom>/``
-    sub-folder when it has one). Raises :class:`PromptTemplateError` for a folder that cannot be used."""
+    """The template for ``dom``.
+
+    Args:
+        source: ``None`` (ours), a :class:`PromptTemplate`, or a folder path (its ``<dom>/`` sub-folder when
+            it has one).
+        dom: ``high`` or ``low``.
+
+    Returns:
+        The template.
+
+    Raises:
+        PromptTemplateError: A folder that cannot be used (a missing part, an unknown placeholder, no
+            ``{question}``).
+        TypeError: ``source`` is neither a path nor a template.
+    """
     check_dom(dom)
     if source is None:
         return _builtin(dom)

@@ -36,7 +36,14 @@ def _describe(kind: AgentKind) -> str:
 
 
 def describe_agents(registry: AgentRegistry | None = None) -> str:
-    """One section per registered agent kind: block name, description and parameters with bounds."""
+    """One section per registered agent kind: block name, description and parameters with bounds.
+
+    Args:
+        registry: The offered kinds (default: the default registry).
+
+    Returns:
+        The sections, blank-line separated (what ``{agents}`` is filled with).
+    """
     return "\n\n".join(_describe(k) for k in (registry or default_registry).kinds())
 
 
@@ -135,7 +142,14 @@ def _archive_entry(kind: AgentKind) -> dict[str, Any]:
 
 def archive_kinds(registry: AgentRegistry) -> list[AgentKind]:
     """The offered kinds in the original's archive order (COT, COT_SC, Reflexion, LLM_debate, WebSearch),
-    then any user-registered kinds."""
+    then any user-registered kinds.
+
+    Args:
+        registry: The offered kinds.
+
+    Returns:
+        The kinds, in that order.
+    """
     kinds = registry.kinds()
     rank = {name: i for i, name in enumerate(ARCHIVE_ORDER)}
     return sorted(kinds, key=lambda k: rank.get(k.name, len(rank) + kinds.index(k)))
@@ -151,6 +165,10 @@ def _values(question: str, dom: Dom, registry: AgentRegistry, model: str | None)
             return ", ".join(registry.block_names())
         if name == "example":
             return _example(dom, registry)
+        if name == "example_chain":
+            return _chain_example(registry) if dom == "high" else ""
+        if name == "example_single":
+            return _single_example(registry) if dom == "high" else _example(dom, registry)
         if name == "archive":
             return "[" + ",\n".join(json.dumps(_archive_entry(k)) for k in archive_kinds(registry)) + "]"
         if name == "model":
@@ -169,6 +187,19 @@ def orchestrator_messages(
 
     ``prompt``: a template folder (or :class:`PromptTemplate`); ``None`` is ours, whose one user message ends
     with the question. ``model`` fills ``{model}`` (the sub-agents' model name).
+
+    Args:
+        question: The task.
+        dom: ``high`` or ``low``.
+        registry: The offered kinds (default: the default registry).
+        prompt: A template folder or :class:`PromptTemplate` (``None``: ours).
+        model: The sub-agents' model name, for ``{model}``.
+
+    Returns:
+        ``{"role", "content"}`` dicts, in order.
+
+    Raises:
+        PromptTemplateError: A template folder that cannot be used.
     """
     check_dom(dom)
     registry = registry or default_registry
@@ -180,6 +211,17 @@ def orchestrator_prompt(
     prompt: str | PromptTemplate | None = None, model: str | None = None,
 ) -> str:
     """The orchestrator prompt for one task as one text: the messages' contents, blank-line separated (with
-    our template, its single user message)."""
+    our template, its single user message).
+
+    Args:
+        question: The task.
+        dom: ``high`` or ``low``.
+        registry: The offered kinds (default: the default registry).
+        prompt: A template folder or :class:`PromptTemplate` (``None``: ours).
+        model: The sub-agents' model name, for ``{model}``.
+
+    Returns:
+        The prompt text.
+    """
     messages = orchestrator_messages(question, dom, registry=registry, prompt=prompt, model=model)
     return "\n\n".join(m["content"] for m in messages)

@@ -43,7 +43,13 @@ __all__ = [
 
 @dataclass
 class BuildContext:
-    """What a factory gets besides model and parameters."""
+    """What a factory gets besides model and parameters.
+
+    Attributes:
+        node_id: The id of the node being built.
+        settings: The per-call settings (time-out, concurrency limiter, reply grammar).
+        search: The search backend, if any.
+    """
 
     node_id: str
     settings: CallSettings = field(default_factory=CallSettings)
@@ -51,6 +57,8 @@ class BuildContext:
 
 
 class RunnableAgent(Protocol):
+    """What a factory may return: an object whose ``arun(task)`` answers a (sub-)task."""
+
     async def arun(self, task: str) -> AgentResult | str: ...
 
 
@@ -59,7 +67,21 @@ AgentFactory = Callable[[Any, Any, BuildContext], "RunnableAgent | Callable[[str
 
 @dataclass(frozen=True)
 class AgentKind:
-    """One registered agent kind."""
+    """One registered agent kind (see :func:`register_agent`).
+
+    Attributes:
+        name: The canonical name (lower case), used in JSON specs.
+        block: The block name written in orchestration text (e.g. ``CoTAgent``).
+        description: What the orchestrator's prompt says about it.
+        params: Its parameter model: the defaults and the caps a spec may ask for.
+        factory: ``factory(model, params, ctx)`` builds the runnable agent of a node.
+        aliases: More names it is found by (case- and punctuation-insensitive).
+        xml_tags: Parameter name → the tag it is written with in orchestration text, where they differ.
+        needs_search: Offered and compiled only with a search backend.
+        models: A pool of sub-agent models by name (``(name, model)`` pairs): the node's ``model`` parameter
+            picks one (see :func:`mas_orchestra.offers.with_pool`); empty: the node runs on the model it is
+            compiled with.
+    """
 
     name: str
     block: str
@@ -74,26 +96,60 @@ class AgentKind:
     models: tuple[tuple[str, Any], ...] = ()
 
     def xml_tag(self, param: str) -> str:
-        """The tag this parameter is written with in the orchestration text."""
+        """The tag this parameter is written with in the orchestration text.
+
+        Args:
+            param: A field name of :attr:`params`.
+
+        Returns:
+            The tag (the name itself unless :attr:`xml_tags` renames it).
+        """
         return self.xml_tags.get(param, param)
 
     def param_for_tag(self, tag: str) -> str:
+        """The parameter an orchestration-text tag holds (the inverse of :meth:`xml_tag`).
+
+        Args:
+            tag: A tag inside ``<required_arguments>``.
+
+        Returns:
+            The parameter name.
+        """
         for param, written in self.xml_tags.items():
             if written == tag:
                 return param
         return tag
 
     def required_params(self) -> list[str]:
+        """The parameters a spec must give (those without a default).
+
+        Returns:
+            Field names of :attr:`params`.
+        """
         return [name for name, info in self.params.model_fields.items() if info.is_required()]
 
 
 def normalize_agent_name(name: str) -> str:
-    """Lower-case and drop everything but letters and digits: ``COT_SC`` and ``cot-sc`` both ``cotsc``."""
+    """Lower-case and drop everything but letters and digits: ``COT_SC`` and ``cot-sc`` both ``cotsc``.
+
+    Args:
+        name: An agent name or alias.
+
+    Returns:
+        The key names are compared by.
+    """
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
 class AgentRegistry:
-    """Agent kinds by canonical name, resolvable by any alias (case- and punctuation-insensitive)."""
+    """Agent kinds by canonical name, resolvable by any alias (case- and punctuation-insensitive).
+
+    Args:
+        kinds: The kinds to start with.
+
+    Raises:
+        ValueError: Two kinds share a name or alias.
+    """
 
     def __init__(self, kinds: Iterable[AgentKind] = ()) -> None:
         self._kinds: dict[str, AgentKind] = {}
@@ -103,6 +159,18 @@ class AgentRegistry:
             self.add(kind)
 
     def add(self, kind: AgentKind, *, replace: bool = False) -> AgentKind:
+        """Register a kind under its name, block name and aliases.
+
+        Args:
+            kind: The kind.
+            replace: Replace a kind registered under the same name or aliases instead of refusing it.
+
+        Returns:
+            ``kind``.
+
+        Raises:
+            ValueError: A name or alias is taken by another kind and ``replace`` is false.
+        """
         keys = {normalize_agent_name(a) for a in (kind.name, kind.block, *kind.aliases)}
         keys.discard("")
         with self._lock:
@@ -119,35 +187,81 @@ class AgentRegistry:
         return kind
 
     def resolve(self, name: str) -> AgentKind | None:
-        """The kind for any of its names, or ``None``."""
+        """The kind for any of its names, or ``None``.
+
+        Args:
+            name: A canonical name, block name or alias, in any case.
+
+        Returns:
+            The kind, or ``None`` when no kind has that name.
+        """
         canonical = self._alias.get(normalize_agent_name(str(name)))
         return self._kinds.get(canonical) if canonical else None
 
     def get(self, name: str) -> AgentKind:
-        """The kind for a name; an unknown name raises ``KeyError`` listing the valid ones."""
+        """The kind for a name.
+
+        Args:
+            name: A canonical name, block name or alias, in any case.
+
+        Returns:
+            The kind.
+
+        Raises:
+            KeyError: An unknown name (the message lists the valid ones).
+        """
         kind = self.resolve(name)
         if kind is None:
             raise KeyError(f"unknown agent {name!r}; valid: {', '.join(self.block_names())}")
         return kind
 
     def block_names(self) -> list[str]:
+        """The block names of the registered kinds, in registration order.
+
+        Returns:
+            E.g. ``["CoTAgent", "SCAgent", …]``.
+        """
         return [k.block for k in self._kinds.values()]
 
     def kinds(self) -> list[AgentKind]:
+        """The registered kinds, in registration order.
+
+        Returns:
+            A new list.
+        """
         return list(self._kinds.values())
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and self.resolve(name) is not None
 
     def copy(self) -> AgentRegistry:
+        """A registry with the same kinds; adding to it leaves this one unchanged.
+
+        Returns:
+            The copy.
+        """
         return AgentRegistry(self._kinds.values())
 
     def subset(self, names: Iterable[str]) -> AgentRegistry:
-        """A registry holding only the named kinds (any of their names); unknown names raise KeyError."""
+        """A registry holding only the named kinds.
+
+        Args:
+            names: Any of each kind's names.
+
+        Returns:
+            The new registry.
+
+        Raises:
+            KeyError: An unknown name (the message lists the valid ones).
+        """
         return AgentRegistry(self.get(n) for n in names)
 
     def without_search(self) -> AgentRegistry:
-        """The kinds that need no search backend (what an orchestrator is offered without one)."""
+        """The kinds that need no search backend (what an orchestrator is offered without one).
+
+        Returns:
+            The new registry.
+        """
         return AgentRegistry(k for k in self._kinds.values() if not k.needs_search)
 
 
@@ -225,8 +339,19 @@ BASELINE_DEBATE_ROLES: tuple[str, ...] = ("Careful solver", "Critical reviewer")
 def offered_registry(
     registry: AgentRegistry | None = None, *, search: Any = None, agents: Iterable[str] | None = None
 ) -> AgentRegistry:
-    """The kinds an orchestrator is offered: ``agents`` (names or aliases) if given, and without a
-    search backend no kind that needs one (it could not run)."""
+    """The kinds an orchestrator is offered.
+
+    Args:
+        registry: All kinds (default: the default registry).
+        search: The search backend; without one, no kind that needs it is offered (it could not run).
+        agents: Only these kinds (names or aliases), if given.
+
+    Returns:
+        The offered kinds.
+
+    Raises:
+        KeyError: An unknown name in ``agents``.
+    """
     base = registry or default_registry
     if agents is not None:
         base = base.subset(agents)
@@ -246,11 +371,39 @@ def register_agent(
     replace: bool = False,
     registry: AgentRegistry | None = None,
 ) -> AgentKind:
-    """Register a user agent kind so that specs, prompts and the compiler know it.
+    """Register a user agent kind so that specs, prompts, grammars and the compiler know it.
 
-    ``factory(model, params, ctx)`` returns an object with ``async arun(task)`` (returning an
-    ``AgentResult`` or a plain answer string), or an async callable taking the task string, or a
-    LangChain ``Runnable``/compiled LangGraph graph invoked with ``{"task": …}``.
+    Args:
+        name: The canonical name: lower-case letters, digits and ``_``.
+        factory: ``factory(model, params, ctx)`` returns an object with ``async arun(task)`` (returning an
+            ``AgentResult`` or a plain answer string), or an async callable taking the task string, or a
+            LangChain ``Runnable``/compiled LangGraph graph invoked with ``{"task": …}``.
+        block: The name written in orchestration text (default: ``name`` in title case + ``Agent``).
+        description: What the orchestrator's prompt says about the kind.
+        params: Its parameter model (derived from :class:`agents.Params`): defaults and caps.
+        aliases: More names it is found by.
+        xml_tags: Parameter name → tag in orchestration text, where they differ.
+        needs_search: Offered and compiled only with a search backend.
+        replace: Replace a kind registered under the same names.
+        registry: Where to register it (default: the default registry).
+
+    Returns:
+        The registered kind.
+
+    Raises:
+        ValueError: A malformed name, or a name or alias already taken (without ``replace``).
+
+    Example:
+        ```python
+        class EchoParams(Params):
+            times: int = Field(1, ge=1, le=3)
+
+        async def echo(task: str) -> str:
+            return task
+
+        register_agent("echo", lambda model, params, ctx: echo, description="Repeats the task.",
+                       params=EchoParams)
+        ```
     """
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
         raise ValueError(f"agent kind name {name!r} must be lower-case letters, digits and '_'")

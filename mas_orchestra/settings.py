@@ -16,13 +16,25 @@ __all__ = ["RunSettings"]
 
 
 class RunSettings(BaseModel):
-    """Bounds and retries of one run. Frozen; an invalid value raises ``pydantic.ValidationError`` (a
-    ``ValueError``) naming the field.
+    """Bounds and retries of one run, validated once and passed whole.
 
-    ``timeout`` bounds a whole run (orchestration and execution) in seconds, ``call_timeout`` one sub-agent
-    call; ``max_retries`` retries transient model errors (time-outs, connection errors, 429, 5xx) with
-    exponential backoff from ``retry_initial_delay`` seconds, with jitter; ``max_concurrency`` bounds the
-    model calls in flight in one run (``None``: no bound).
+    Frozen; an invalid value raises ``pydantic.ValidationError`` (a ``ValueError``) naming the field.
+    ``Orchestra``, ``execute_spec``, ``compile_spec``, ``aevaluate``, the training reward and the served graph's
+    ``configurable`` all take it.
+
+    Attributes:
+        timeout: Seconds a whole run (orchestration and execution) may take (``None``: no bound).
+        call_timeout: Seconds one sub-agent call may take (``None``: no bound).
+        max_retries: Retries of a transient model error (time-outs, connection errors, 429, 5xx), with
+            exponential backoff and jitter.
+        retry_initial_delay: Seconds before the first retry.
+        max_concurrency: Model calls in flight in one run (``None``: no bound).
+
+    Example:
+        ```python
+        settings = RunSettings(timeout=300, call_timeout=60, max_retries=3)
+        orch = Orchestra("embedded", "embedded", settings=settings)
+        ```
     """
 
     # strict: "10" is not a timeout and 1.5 is not a retry count (ints are accepted for the float fields).
@@ -35,7 +47,17 @@ class RunSettings(BaseModel):
     max_concurrency: int | None = Field(default=32, ge=1, description="Model calls in flight in a run (None: none).")
 
     def merged(self, **overrides: Any) -> RunSettings:
-        """These settings with the ``overrides`` that are not ``None``, validated again."""
+        """These settings with the ``overrides`` that are not ``None``, validated again.
+
+        Args:
+            **overrides: Field values; ``None`` means not given.
+
+        Returns:
+            New settings (``self`` when nothing is overridden).
+
+        Raises:
+            pydantic.ValidationError: An override is not a valid value of its field.
+        """
         given = {name: value for name, value in overrides.items() if value is not None}
         return self if not given else RunSettings.model_validate({**self.model_dump(), **given})
 
@@ -45,6 +67,17 @@ class RunSettings(BaseModel):
 
         What the entry points that still take the separate keywords (``Orchestra(timeout=…)``,
         ``execute_spec(max_retries=…)``) build their settings with.
+
+        Args:
+            settings: The base settings (default: the defaults).
+            **overrides: Field values; ``None`` means not given.
+
+        Returns:
+            The merged settings.
+
+        Raises:
+            TypeError: ``settings`` is not a ``RunSettings``.
+            pydantic.ValidationError: An override is not a valid value of its field.
         """
         if settings is not None and not isinstance(settings, RunSettings):
             raise TypeError(f"settings must be a RunSettings, got {type(settings).__name__}")

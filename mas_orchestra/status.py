@@ -12,7 +12,16 @@ __all__ = ["Status"]
 
 
 class Status(str, enum.Enum):
-    """How a run ended."""
+    """How a run ended (a ``str`` enum: ``Status.OK == "ok"``).
+
+    Attributes:
+        OK: The graph ran to its end; ``Outcome.answer`` is the sink's answer.
+        INVALID_SPEC: The orchestration did not parse or validate (``Outcome.error`` lists the problems).
+        COMPILE_ERROR: The spec could not be compiled (e.g. a search node without a backend).
+        EXEC_ERROR: The orchestrator or a sub-agent failed (``Outcome.failed_node`` names the node).
+        TIMEOUT: The run exceeded ``RunSettings.timeout``; ``Outcome.finished_nodes`` says what had finished.
+        INTERRUPTED: Paused for approval on a checkpointed thread; resume it to go on.
+    """
 
     OK = "ok"
     INVALID_SPEC = "invalid_spec"

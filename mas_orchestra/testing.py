@@ -22,7 +22,15 @@ Responder = Callable[[list[BaseMessage], int], Reply]
 
 
 def cot_reply(answer: str, thinking: str = "step by step") -> str:
-    """A well-formed sub-agent reply."""
+    """A well-formed sub-agent reply.
+
+    Args:
+        answer: The ``<answer>`` text.
+        thinking: The ``<thinking>`` text.
+
+    Returns:
+        ``<thinking>…</thinking><answer>…</answer>``.
+    """
     return f"<thinking>{thinking}</thinking><answer>{answer}</answer>"
 
 
@@ -31,15 +39,25 @@ def _prompt_text(messages: Sequence[BaseMessage]) -> str:
 
 
 class ScriptedChatModel(BaseChatModel):
-    """A chat model that replies from a script.
+    """A chat model that replies from a script (tests, examples, offline demos).
 
-    ``replies`` is a list (used in order, cycling when ``cycle``) of strings, ``AIMessage``s or
-    exceptions (raised instead of replying), or a function ``(messages, call_index) -> reply``.
-    ``delay`` seconds of latency per call (``asyncio.sleep`` on the async path, so concurrent calls
-    overlap). Token usage is reported like a real provider: input tokens = words in the prompt,
-    output tokens = words in the reply (or the fixed ``input_tokens``/``output_tokens``).
-    Counters: ``calls``, ``in_flight``, ``peak_in_flight``, ``prompts``, ``call_kwargs``. With
-    ``tool_calling=True`` it takes ``bind_tools`` (native tool calls scripted as ``AIMessage(tool_calls=...)``).
+    Token usage is reported like a real provider: input tokens = words in the prompt, output tokens = words in
+    the reply. Counters: ``calls``, ``in_flight``, ``peak_in_flight``, ``prompts``, ``call_kwargs``.
+
+    Attributes:
+        replies: A list (used in order) of strings, ``AIMessage``s or exceptions (raised instead of replying),
+            or a function ``(messages, call_index) -> reply``.
+        cycle: Start the list again when it runs out.
+        delay: Seconds of latency per call (``asyncio.sleep`` on the async path, so concurrent calls overlap).
+        input_tokens: A fixed input token count per call, instead of the words in the prompt.
+        output_tokens: A fixed output token count per call, instead of the words in the reply.
+        model_name: The name usage is reported under.
+        tool_calling: Whether ``bind_tools`` works (native tool calls scripted as ``AIMessage(tool_calls=...)``).
+
+    Example:
+        ```python
+        model = ScriptedChatModel(replies=[cot_reply("391")], delay=0.2)
+        ```
     """
 
     replies: list[Any] | Callable[..., Any] = [cot_reply("42")]  # noqa: RUF012 - pydantic copies defaults
@@ -73,25 +91,31 @@ class ScriptedChatModel(BaseChatModel):
 
     @property
     def calls(self) -> int:
+        """Model calls made so far."""
         return self._calls
 
     @property
     def in_flight(self) -> int:
+        """Calls running now."""
         return self._in_flight
 
     @property
     def peak_in_flight(self) -> int:
+        """The most calls that ran at once."""
         return self._peak
 
     @property
     def prompts(self) -> list[str]:
+        """The prompt text of every call, in order."""
         return list(self._prompts)
 
     @property
     def call_kwargs(self) -> list[dict[str, Any]]:
+        """The keyword arguments of every call, in order."""
         return list(self._kwargs)
 
     def reset(self) -> None:
+        """Forget every recorded call and counter."""
         with self._lock:
             self._calls = self._in_flight = self._peak = 0
             self._prompts.clear()

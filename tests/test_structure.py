@@ -137,3 +137,62 @@ def test_the_new_example_is_a_wired_chain_the_parser_reads():
     assert shape.ref_depth == shape.depth == 2 and shape.wired == 1
     single = example.split("one agent gets the whole task:", 1)[1]
     assert structure_of(parse_orchestration(single, registry=registry)).agents == 1
+
+
+def test_example_placeholders_pick_one_shape(tmp_path):
+    from mas_orchestra.prompts import orchestrator_messages
+
+    registry = offered_registry(None, agents=["cot", "sc"])
+    (tmp_path / "user.txt").write_text("A {example_chain} B {example_single} C {question}")
+    (tmp_path / "system.txt").write_text("")
+    (tmp_path / "second_user.txt").write_text("")
+    high = orchestrator_messages("q", "high", registry=registry, prompt=str(tmp_path))[-1]["content"]
+    assert "Given ${A1}" in high.split(" B ")[0] and "one agent gets the whole task" in high.split(" B ")[1]
+    low = orchestrator_messages("q", "low", registry=registry, prompt=str(tmp_path))[-1]["content"]
+    assert low.startswith("A  B <thinking>") and "<agent_output_id>" in low
+    wiring = orchestrator_messages("q", "high", registry=registry, prompt="recipes/prompts/wiring")[-1]["content"]
+    assert "Given ${A1}" in wiring and "one agent gets the whole task" not in wiring
+
+
+def test_eval_refuses_controls_it_cannot_apply(tmp_path):
+    from mas_orchestra.bench.evaluation import evaluate
+    from mas_orchestra.bench.evaluation.common import EvalInputError
+
+    rows = [{"id": "q", "question": "What is 2 + 2?", "answer": "4"}]
+    for kwargs, message in (({"dom": "low", "control": "ablate-wiring"}, "needs --dom high"),
+                            ({"baseline": "cot", "control": "random-graph"}, "a --baseline run has none"),
+                            ({"control": "shuffle"}, "unknown control 'shuffle'; valid: ablate-wiring, random-graph")):
+        with pytest.raises(EvalInputError, match=message):
+            evaluate(rows, subagent="scripted:4", out_dir=tmp_path / "x", progress=False, plot=False, **kwargs)
+
+
+def test_eval_ablate_wiring_runs_the_plan_without_its_references(tmp_path):
+    from mas_orchestra.bench.evaluation import evaluate
+    from mas_orchestra.testing import ScriptedChatModel
+
+    plan = CHAIN3.to_xml()
+    summary = evaluate([{"id": "q", "question": "What is 2 + 2?", "answer": "4"}],
+                       orchestrator=ScriptedChatModel(replies=[plan]), subagent="scripted:4", control="ablate-wiring",
+                       out_dir=tmp_path / "run", progress=False, plot=False, samples=2)
+    assert summary["control"] == "ablate-wiring" and "control[ablate-wiring]" in summary["label"]
+    assert summary["structure"]["ref_depth_mean"] == 1.0 and summary["structure"]["depth_mean"] == 3.0
+    assert summary["avg_at_k"] == 1.0  # the scripted sub-agent answers 4 whatever it is given
+
+
+def test_training_curve_reads_tables_and_plots_structure(tmp_path):
+    from mas_orchestra.bench.training_curve import curve_from_history, format_curve, plot_training
+
+    history = [{"step": s, "reward": r, "valid_spec_rate": 1.0, "agents_per_spec": a, "delegation_share": 0.0,
+                "correct_rate": r, "structure/depth_mean": a, "structure/ref_depth_mean": d,
+                "structure/width_mean": 1.0, "structure/wired_share": w}
+               for s, r, a, d, w in ((1, 0.0, 2.0, 1.25, 0.25), (2, 0.5, 2.5, 2.0, 0.75), (3, 1.0, 3.0, 3.0, 1.0))]
+    curve = curve_from_history(history)
+    assert [p.structure["ref_depth_mean"] for p in curve] == [1.25, 2.0, 3.0]
+    table = format_curve(curve).splitlines()
+    assert table[0].split()[-4:] == ["depth", "refdepth", "width", "wired"]
+    assert table[3].split()[-4:] == ["3.00", "3.00", "1.00", "1.00"]
+    old = format_curve(curve_from_history([{k: v for k, v in e.items() if not k.startswith("structure/")}
+                                           for e in history]))
+    assert "refdepth" not in old  # runs logged before the structure metrics keep their table
+    png = plot_training(curve, tmp_path / "curve.png")
+    assert png.stat().st_size > 1000

@@ -3,7 +3,7 @@
 Runs on scripted models: the plan is drawn, its nodes turn done, a plan is approved and edited (problems shown
 in place), a reload resumes the thread, a hanging node shows its time-out, run folders and samples open.
 On failure a screenshot is saved under ``$STUDIO_ARTIFACTS`` (default ``test-artifacts/studio``). With
-``STUDIO_SCREENSHOTS=DIR`` the views are also saved there (the README's pictures come from such a run).
+``STUDIO_SCREENSHOTS=DIR`` the views are also saved there (the pictures in README.md and docs/guides/studio.md come from such a run).
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def shot_on_failure(page, name):
 
 
 def view_shot(page, name):
-    """Save a view for the README (palette PNG: a few hundred colours suffice and keep each under 200 KB)."""
+    """Save a view for the docs (palette PNG: a few hundred colours suffice and keep each under 200 KB)."""
     if not SHOTS:
         return
     from PIL import Image

@@ -26,14 +26,8 @@ from training.data import (
     parse_values,
     to_trl_rows,
 )
-from training.rewards import (
-    STATUSES,
-    RolloutRecord,
-    completion_text,
-    make_outcome_reward,
-    question_from_prompt,
-    summarize,
-)
+from training.records import STATUSES, RolloutRecord, summarize
+from training.rewards import completion_text, make_outcome_reward, question_from_prompt
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = REPO / "recipes"
@@ -354,7 +348,7 @@ def test_verl_parquet_rows(tmp_path):
 @needs_train
 def test_trl_dataset_holds_single_and_multi_answers(tmp_path):
     ds = build_dataset("masbench:depth:2:n=2+masbench:parallel:2:n=1", dom="high")
-    assert len(ds) == 3 and set(ds.column_names) == {"prompt", "question", "answer", "id", "source"}
+    assert len(ds) == 3 and set(ds.column_names) == {"prompt", "question", "answer", "id", "source", "intermediates"}
     assert ds[0]["answer"] == [ds[0]["answer"][0]] and len(ds[2]["answer"]) == 2
     assert ds[0]["prompt"][0]["role"] == "user" and ds[0]["question"] in ds[0]["prompt"][0]["content"]
     assert "WebSearchAgent" not in ds[0]["prompt"][0]["content"]  # no search backend → not offered

@@ -14,7 +14,9 @@ from mas_orchestra.offers import PoolError, with_pool
 from mas_orchestra.registry import offered_registry
 from mas_orchestra.spec import spec_from_data
 from training.config import parse_config
-from training.rewards import RolloutRecord, group_cost_rewards, make_outcome_reward, summarize
+from training.records import RolloutRecord, summarize
+from training.rewards import make_outcome_reward
+from training.shaping import group_cost_rewards
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 CALC = "python:mas_orchestra.bench.masbench:MasbenchCalculator"
@@ -134,7 +136,11 @@ def test_config_pool_defaults_and_prices(tmp_path, capsys):
 
 def test_pool_errors_name_what_is_missing():
     from training.config import OrchestraGRPOConfig
-    from training.grpo import _subagents
+    from training.grpo import _subagent
+    from training.pools import pooled_subagents
+
+    def _subagents(cfg, registry):
+        return pooled_subagents(cfg, registry, lambda text: _subagent(cfg, text))
 
     registry = offered_registry(None, agents=["cot", "sc"])
     cfg = OrchestraGRPOConfig(subagent=f"fast={CALC},strong={CALC2}", cost_metric="cost_usd",
@@ -160,6 +166,7 @@ def test_wiring_recipes_parse_and_differ_only_where_they_say(name):
     base = parse_config(["--config", str(RECIPES / "cpu_wiring.yaml")])
     assert cfg.model == "embedded" and cfg.constrained and cfg.merge and cfg.agent_kinds == ["cot", "sc"]
     assert cfg.dataset == base.dataset and cfg.dataset.endswith("split=train")
+    assert cfg.prompt == (None if cfg.dom == "low" else "recipes/prompts/wiring")
     assert (cfg.max_steps, cfg.num_generations, cfg.learning_rate) == (base.max_steps, base.num_generations,
                                                                        base.learning_rate)
     if name == "cpu_wiring_low.yaml":
@@ -198,3 +205,71 @@ def test_dead_group_share_counts_groups_without_advantage():
     records = [RolloutRecord(index=i, status="ok", reward=r, question=q)
                for i, (q, r) in enumerate([("a", 0.0), ("a", 0.0), ("b", 1.0), ("b", 0.0), ("c", 1.0), ("c", 1.0)])]
     assert summarize(records)["dead_group_share"] == pytest.approx(2 / 3)
+
+
+def test_controls_replay_the_same_plans(depth3):
+    from mas_orchestra.bench.evaluation.controls import areplay_with_control
+    from mas_orchestra.bench.evaluation.summary import summarize as summarize_eval
+    from training.controls import table_row
+
+    registry = offered_registry(None, agents=["cot", "sc"])
+    row = depth3[1]
+    records = [{"id": row["id"], "sample": s, "question": row["question"], "truth": row["answer"],
+                "orchestration": text} for s, text in enumerate([chain(3), chain(4), "not a plan"])]
+    ablated = asyncio.run(areplay_with_control(records, "ablate-wiring", subagent=CALC, registry=registry))
+    assert [r["status"] for r in ablated] == ["ok", "ok", "invalid_spec"]
+    assert [r["correct"] for r in ablated] == [False, False, False]
+    assert all("${" not in n["input"] for r in ablated[:2] for n in r["spec"]["nodes"])
+    randomised = asyncio.run(areplay_with_control(records, "random-graph", subagent=CALC, registry=registry))
+    assert [len(r["spec"]["nodes"]) for r in randomised[:2]] == [3, 4]
+    again = asyncio.run(areplay_with_control(records, "random-graph", subagent=CALC, registry=registry))
+    assert [r["spec"] for r in again] == [r["spec"] for r in randomised]  # seeded by id and sample
+    line = table_row("trained, wiring ablated", 3, summarize_eval(ablated))
+    assert line.startswith("| trained, wiring ablated | 3 | 0.0% (0/3) | 3.50 | 3.50 | 1.00 | 0% |")
+    with pytest.raises(ValueError, match="unknown control"):
+        asyncio.run(areplay_with_control(records, "shuffle", subagent=CALC, registry=registry))
+
+
+def test_partial_credit_counts_how_far_up_the_chain_the_final_agent_got():
+    from training.data import load_masbench
+    from training.shaping import stated_share
+
+    row = load_masbench("depth", [3], n=1, seed=0, split="test")[0]
+    facts = row["intermediates"]
+    assert len(facts) == 3 and all(f.startswith("the ") and " = " in f for f in facts)  # one per level
+    reward = make_outcome_reward(subagent=CALC, registry=offered_registry(None, agents=["cot", "sc"]),
+                                 partial_credit_weight=0.5)
+    out = asyncio.run(reward(
+        prompts=[[{"role": "user", "content": row["question"]}]] * 4,
+        completions=[chain(1), chain(2), chain(3, wired=False), chain(3)], answer=[row["answer"]] * 4,
+        question=[row["question"]] * 4, intermediates=[facts] * 4,
+    ))
+    partial = [r.partial for r in reward.last_batch["records"]]
+    assert out[3] == 1.0 and partial[0] == partial[2] == pytest.approx(1 / 3) and partial[1] == pytest.approx(2 / 3)
+    assert out[0] == pytest.approx(0.5 * partial[0]) and out[1] == pytest.approx(0.5 * partial[1])
+    assert reward.last_batch["metrics"]["partial_credit/mean"] == pytest.approx(sum(partial) / 4)
+    # the matcher: the name, then the value, no other digit between; a longer number is not the value
+    assert stated_share("the number of a = 5; the number of b = 17", ["the number of a = 5", "the number of b = 1"]) == 0.5
+    assert stated_share("anything", []) == 0.0
+    with pytest.raises(ValueError, match="never score like a right one"):
+        make_outcome_reward(subagent=CALC, partial_credit_weight=1.0)
+    zero = make_outcome_reward(subagent=CALC, registry=offered_registry(None, agents=["cot", "sc"]))
+    assert asyncio.run(zero(prompts=[[{"role": "user", "content": "x"}]], completions=[chain(2)],
+                            answer=[row["answer"]], question=[row["question"]], intermediates=[facts])) == [0.0]
+
+
+def test_pareto_replays_the_same_plans_on_one_pool_model(depth3):
+    from training.pareto import _replay, _strong_share, force_model, pool_models
+
+    models = pool_models()
+    registry = with_pool(offered_registry(None, agents=["cot", "sc"]), models)
+    row = depth3[0]
+    records = [{"id": row["id"], "sample": 0, "question": row["question"], "truth": row["answer"],
+                "orchestration": chain(2, model="fast")}]
+    fast = asyncio.run(_replay(records, "fast", registry, models))
+    strong = asyncio.run(_replay(records, "strong", registry, models))
+    assert not fast[0]["correct"] and strong[0]["correct"]  # two strong rounds x 2 agents reach depth 3
+    assert _strong_share(strong) == 1.0 and _strong_share(fast) == 0.0
+    spec = force_model(spec_from_data({"nodes": [{"id": "A", "agent": "cot", "params": {"model": "fast"}}]},
+                                      registry=registry), "strong")
+    assert spec.nodes[0].params["model"] == "strong"

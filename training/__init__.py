@@ -8,6 +8,7 @@ imported only by :mod:`training.grpo` when a run starts.
 from __future__ import annotations
 
 import mas_orchestra  # noqa: F401  -- first: it checks that `agents` is our package
-from training.rewards import OutcomeReward, RolloutRecord, make_outcome_reward
+from training.records import RolloutRecord
+from training.rewards import OutcomeReward, make_outcome_reward
 
 __all__ = ["OutcomeReward", "RolloutRecord", "make_outcome_reward"]

@@ -21,6 +21,7 @@ from typing import Any
 
 from mas_orchestra.bench.grading import VALID_KINDS
 from mas_orchestra.errors import install_command
+from training import pools
 
 __all__ = ["OrchestraGRPOConfig", "build_parser", "load_yaml", "parse_config"]
 
@@ -34,7 +35,11 @@ def _help(text: str) -> dict[str, str]:
 
 @dataclass
 class OrchestraGRPOConfig:
-    """Every knob of ``python -m training.grpo``; TRL's own ``GRPOConfig`` is built from these."""
+    """Every knob of ``python -m training.grpo``; TRL's own ``GRPOConfig`` is built from these.
+
+    Each field is also a command-line flag (``--kebab-case``) and a YAML key of a recipe; every field's help
+    is printed by ``python -m training.grpo --help`` (and shown in the documentation's command-line reference).
+    """
 
     # -- models -------------------------------------------------------------------------------------------
     model: str = field(default="embedded", metadata=_help(
@@ -102,6 +107,9 @@ class OrchestraGRPOConfig:
     final_answer_weight: float = field(default=1.0, metadata=_help("reward of a correct executed answer"))
     execution_success_weight: float = field(default=0.0, metadata=_help(
         "reward bonus for a MAS that executed without error (the original had 0.1, set to 0 in reported runs)"))
+    partial_credit_weight: float = field(default=0.0, metadata=_help(
+        "reward of a wrong but executed answer per share of the task's intermediate facts its final agent states "
+        "(MASBench rows carry them); must be below final_answer_weight; 0 = off (the paper's reward)"))
     # -- validation during training (the original's trainer.val_before_train / test_freq / val_kwargs) ---------
     val_dataset: str | None = field(default=None, metadata=_help(
         "held-out data evaluated during training, same forms as --dataset (masbench:…, masbench-official:…, "
@@ -216,6 +224,9 @@ class OrchestraGRPOConfig:
         choice("grader", VALID_KINDS)
         choice("cost_metric", ("subagent_calls", "total_tokens", "cost_usd"))
         choice("cost_reward", ("linear", "group"))
+        if self.partial_credit_weight and not 0 < self.partial_credit_weight < self.final_answer_weight:
+            problems.append(f"partial_credit_weight={self.partial_credit_weight!r}: must be in [0, "
+                            f"final_answer_weight={self.final_answer_weight!r})")
         if self.cost_reward == "group" and not 0 <= self.cost_weight < 1:
             problems.append(f"cost_weight={self.cost_weight!r}: with cost_reward group it must be in [0, 1), so a "
                             "correct answer always outscores a wrong one")
@@ -286,31 +297,17 @@ class OrchestraGRPOConfig:
     @property
     def subagent_pool(self) -> dict[str, str] | None:
         """``subagent`` as a pool ``{name: model string}``, or ``None`` when it names one model."""
-        from mas_orchestra.offers import subagent_from_args
-
-        items = [item.strip() for item in self.subagent.split(",")] if "=" in self.subagent else [self.subagent]
-        pool = subagent_from_args(items)
-        return pool if isinstance(pool, dict) else None
+        return pools.pool_of(self.subagent)
 
     @property
     def subagent_default_map(self) -> dict[str, str]:
         """``subagent_defaults`` as ``{agent kind: pool entry}``."""
-        return _pairs(self.subagent_defaults, "subagent_defaults", "KIND=ENTRY")
+        return pools.pairs(self.subagent_defaults, "KIND=ENTRY")
 
     @property
     def price_table(self) -> dict[str, tuple[float, float]]:
         """``prices`` as ``{pool entry or model name: (USD per M input tokens, USD per M output tokens)}``."""
-        out: dict[str, tuple[float, float]] = {}
-        for name, value in _pairs(self.prices, "prices", "NAME=IN:OUT").items():
-            parts = value.split(":")
-            try:
-                pair = (float(parts[0]), float(parts[-1])) if len(parts) <= 2 else None
-            except ValueError:
-                pair = None
-            if pair is None or min(pair) < 0:
-                raise ValueError(f"price of {name!r} is {value!r}; write IN:OUT in USD per million tokens, e.g. 1:1")
-            out[name] = pair
-        return out
+        return pools.price_table(self.prices)
 
     @property
     def agent_kinds(self) -> list[str] | None:
@@ -321,40 +318,13 @@ class OrchestraGRPOConfig:
 
     @property
     def lora_target_modules(self) -> str | list[str]:
+        """``all-linear``, or the comma list of ``lora_target`` as module names."""
         target = self.lora_target.strip()
         return target if target == "all-linear" else [t.strip() for t in target.split(",") if t.strip()]
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field by name (for logs and ``run_config.json``)."""
         return dataclasses.asdict(self)
-
-
-def _pairs(text: str | None, name: str, form: str) -> dict[str, str]:
-    """``'a=1,b=2'`` as ``{'a': '1', 'b': '2'}``; ValueError naming ``name`` and the ``form`` expected."""
-    out: dict[str, str] = {}
-    for item in (text or "").split(","):
-        if not item.strip():
-            continue
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip() or not value.strip():
-            raise ValueError(f"{item.strip()!r} is not {form} (comma-separated)")
-        if key.strip() in out:
-            raise ValueError(f"{key.strip()!r} given twice")
-        out[key.strip()] = value.strip()
-    return out
-
-
-#: Fields a YAML recipe may give as a mapping (written back as 'key=value,...').
-_MAPPING_FIELDS = ("subagent", "subagent_defaults", "prices")
-
-
-def _mapping_text(value: Any) -> Any:
-    if not isinstance(value, dict):
-        return value
-
-    def one(item: Any) -> str:
-        return ":".join(str(v) for v in item) if isinstance(item, (list, tuple)) else str(item)
-
-    return ",".join(f"{k}={one(v)}" for k, v in value.items())
 
 
 # -- parsing -----------------------------------------------------------------------------------------------
@@ -397,6 +367,11 @@ def _converter(kind: type, optional: bool) -> Any:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of ``python -m training.grpo``: ``--config`` and one flag per config field.
+
+    Returns:
+        The parser; each field's default is the dataclass default.
+    """
     parser = argparse.ArgumentParser(
         prog="python -m training.grpo",
         description="GRPO + LoRA training of a MAS-Orchestra orchestrator: the reward is the executed outcome of "
@@ -421,7 +396,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Field values from a YAML mapping, keys normalised to field names; unknown keys raise ValueError."""
+    """Field values from a YAML mapping, keys normalised to field names.
+
+    Args:
+        path: The YAML recipe.
+
+    Returns:
+        Field name → value, converted to each field's type.
+
+    Raises:
+        ValueError: Not a mapping, an unknown key (the valid ones are listed) or a value of the wrong type.
+        OSError: The file cannot be read.
+    """
     import yaml
 
     path = Path(path).expanduser()
@@ -438,8 +424,8 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
             unknown.append(str(key))
             continue
         kind, optional = _base_type(hints[name])
-        if name in _MAPPING_FIELDS:
-            value = _mapping_text(value)
+        if name in pools.MAPPING_FIELDS:
+            value = pools.mapping_text(value)
         if name == "resume" and isinstance(value, bool):
             value = "true" if value else "false"
         elif value is not None or not optional:
@@ -454,7 +440,17 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def parse_config(argv: list[str] | None = None) -> OrchestraGRPOConfig:
-    """Config from ``argv`` (default ``sys.argv[1:]``): YAML from ``--config`` first, then the flags."""
+    """Config from ``argv`` (default ``sys.argv[1:]``): YAML from ``--config`` first, then the flags.
+
+    Args:
+        argv: Command-line arguments (default ``sys.argv[1:]``).
+
+    Returns:
+        The validated config.
+
+    Raises:
+        SystemExit: A bad flag, recipe or value (argparse prints the message and exits with status 2).
+    """
     parser = build_parser()
     first, _ = parser.parse_known_args(argv)
     if first.config:

@@ -8,19 +8,22 @@ sub-agent of the wiring recipe (``MasbenchCalculator``, one round of arithmetic 
 
 - ``base``: the untrained embedded orchestrator (high DoM, the recipe's kinds, grammar and token budget);
 - ``trained``: each ``--run``'s merged model (``<run>/merged``);
-- ``trained, wiring ablated``: the same plans with every ``${id}`` reference removed before they run
-  (:mod:`mas_orchestra.bench.evaluation.controls`); the edges stay;
-- ``trained, random graph``: a random valid graph with as many agents as each trained plan;
+- ``trained, wiring ablated``: the very plans of the ``trained`` row, run again with every ``${id}`` reference
+  removed (:func:`mas_orchestra.bench.evaluation.controls.areplay_with_control`); the edges stay;
+- ``trained, random graph``: for each of those plans, a random valid graph with as many agents;
 - ``low DoM, trained``: ``--low-dom-run`` (the same recipe at ``dom: low``, same budget): one agent per plan.
 
-Each arm is one ``mas-orchestra eval`` run directory under ``--out`` (resumable: a rerun skips what is done) and
-one row of the printed Markdown table: accuracy (Avg@k), agents, depth along edges, depth along references,
-wired share and sub-agent calls per run.
+Each orchestrator arm is one ``mas-orchestra eval`` run directory under ``--out`` (resumable: a rerun skips what
+is done); the two controls replay its plans (no orchestrator call) and write ``<control>.jsonl`` beside it. Each
+arm is one row of the printed Markdown table: accuracy (Avg@k), agents, depth along edges, depth along
+references, wired share and sub-agent calls per run.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,7 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from mas_orchestra.bench.evaluation import evaluate
+from mas_orchestra.bench.evaluation.controls import areplay_with_control
+from mas_orchestra.bench.evaluation.storage import read_results
+from mas_orchestra.bench.evaluation.summary import summarize
 from mas_orchestra.bench.masbench.generation import generate
+from mas_orchestra.registry import offered_registry
 
 __all__ = ["Arm", "arms_for", "main", "table_row"]
 
@@ -46,16 +53,15 @@ class Arm:
 
 
 def arms_for(runs: Sequence[str], low_dom_run: str | None = None) -> list[Arm]:
-    """The arms of the table for trained run directories (each must hold ``merged/``)."""
+    """The orchestrator arms of the table for trained run directories (each must hold ``merged/``); the controls
+    of each high-DoM arm are replayed from its results."""
     arms = [Arm("base", "embedded")]
     for run in runs:
         merged = Path(run) / "merged"
         if not merged.is_dir():
             raise SystemExit(f"error: {merged} does not exist; train with merge: true (recipes/cpu_wiring.yaml does)")
         name = Path(run).name
-        arms += [Arm(f"trained ({name})", f"hf:{merged}"),
-                 Arm(f"trained ({name}), wiring ablated", f"hf:{merged}", control="ablate-wiring"),
-                 Arm(f"trained ({name}), random graph", f"hf:{merged}", control="random-graph")]
+        arms.append(Arm(f"trained ({name})", f"hf:{merged}"))
     if low_dom_run:
         low = Path(low_dom_run)
         arms.append(Arm(f"low DoM, trained ({low.name})", f"hf:{low / 'merged'}", dom="low"))
@@ -72,6 +78,14 @@ def table_row(label: str, depth: int, summary: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Evaluate the arms and print the table (see the module docstring).
+
+    Args:
+        argv: Command-line arguments (default ``sys.argv[1:]``).
+
+    Returns:
+        The exit status (0).
+    """
     parser = argparse.ArgumentParser(prog="python -m training.controls", description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", action="append", default=[], help="a trained wiring run directory (repeatable)")
     parser.add_argument("--low-dom-run", default=None, help="the low-DoM arm's run directory")
@@ -81,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--temperature", type=float, default=0.5, help="orchestrator temperature (paper's 0.5)")
     parser.add_argument("--max-tokens", type=int, default=320, help="orchestrator tokens (the recipe's budget)")
     parser.add_argument("--agents", default="cot,sc", help="offered kinds (the recipe's)")
+    parser.add_argument("--prompt", default="recipes/prompts/wiring",
+                        help="high-DoM prompt template folder (the recipe's); the low-DoM arm uses our low prompt")
     parser.add_argument("--seed", type=int, default=1, help="test-problem generation seed")
     parser.add_argument("--skip-base", action="store_true", help="leave out the base arm")
     parser.add_argument("--out", default="runs/controls", help="folder of the eval run directories")
@@ -91,20 +107,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.skip_base:
         arms = arms[1:]
     out = Path(args.out)
+    agents = [a.strip() for a in args.agents.split(",")]
+    registry = offered_registry(None, agents=agents)
     rows = ["| arm | depth | accuracy | agents | depth (edges) | depth (refs) | wired | calls/run |",
             "|---|---|---|---|---|---|---|---|"]
     for depth in (int(d) for d in args.depths.split(",")):
         data = generate("depth", [depth], n=args.n, seed=args.seed, split="test")
         for i, arm in enumerate(arms):
+            run_dir = out / f"depth{depth}-arm{i}-{arm.dom}-{Path(arm.orchestrator).name}"
             summary = evaluate(
                 data, orchestrator=arm.orchestrator, subagent=SUBAGENT, dom=arm.dom, samples=args.samples,
-                out_dir=out / f"depth{depth}-arm{i}-{arm.control or arm.dom}-{Path(arm.orchestrator).name}",
-                temperature=args.temperature, max_tokens=args.max_tokens, max_agents=4,
-                agents=[a.strip() for a in args.agents.split(",")], control=arm.control, progress=False, plot=False,
+                out_dir=run_dir, temperature=args.temperature, max_tokens=args.max_tokens, max_agents=4,
+                agents=agents, progress=False, plot=False, prompt=args.prompt if arm.dom == "high" else None,
                 data_name=f"masbench:depth:{depth}:n={args.n}:seed={args.seed}:split=test", concurrency=4,
             )
             rows.append(table_row(arm.label, depth, summary))
             print(rows[-1], file=sys.stderr, flush=True)
+            if arm.dom != "high":
+                continue
+            records = list(read_results(run_dir / "results.jsonl").values())
+            for control, label in (("ablate-wiring", "wiring ablated"), ("random-graph", "random graph")):
+                replayed = asyncio.run(areplay_with_control(records, control, subagent=SUBAGENT, registry=registry))
+                (run_dir / f"{control}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in replayed))
+                rows.append(table_row(f"{arm.label}, {label}", depth, summarize(replayed)))
+                print(rows[-1], file=sys.stderr, flush=True)
     print("\n".join(rows))
     return 0
 

@@ -30,6 +30,8 @@ from typing import Any
 
 from mas_orchestra.bench.datasets import read_rows
 from mas_orchestra.bench.masbench import generate
+from mas_orchestra.bench.masbench.graph import evaluate as evaluate_graph
+from mas_orchestra.bench.masbench.graph import op_depths
 from mas_orchestra.bench.masbench.official import is_official_source, load_official_source
 from mas_orchestra.prompts import orchestrator_messages
 from mas_orchestra.registry import AgentRegistry, default_registry
@@ -64,7 +66,17 @@ def _answers(value: Any, where: str) -> list[str]:
 
 
 def parse_values(text: str) -> list[int]:
-    """``"2,3"`` → [2, 3]; ``"2-4"`` → [2, 3, 4]; combinations allowed (``"2,5-6"``)."""
+    """``"2,3"`` → [2, 3]; ``"2-4"`` → [2, 3, 4]; combinations allowed (``"2,5-6"``).
+
+    Args:
+        text: The values as written in a ``masbench:`` spec.
+
+    Returns:
+        The values, in order.
+
+    Raises:
+        ValueError: Not numbers or ranges, or none at all.
+    """
     out: list[int] = []
     for part in text.split(","):
         part = part.strip()
@@ -101,13 +113,44 @@ def load_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 
 def load_masbench(axis: str, values: Sequence[int], n: int = 8, seed: int = 0, split: str = "train") -> list[dict]:
-    """MASBench problems generated on the fly (:func:`mas_orchestra.bench.masbench.generate`)."""
+    """MASBench problems generated on the fly (:func:`mas_orchestra.bench.masbench.generate`).
+
+    Each row carries its ``intermediates``: the quantities on a longest dependency chain of each answer, one
+    per level, as ``the <quantity> = <value>`` facts (the reward's optional partial credit counts how many of
+    them the final agent's text states).
+
+    Args:
+        axis: The MASBench axis.
+        values: The axis values.
+        n: Problems per value.
+        seed: The random seed.
+        split: ``train`` or ``test``.
+
+    Returns:
+        Rows ``{id, question, answer: list[str], source, intermediates}``.
+    """
     rows = generate(axis, list(values), n, seed, split)
     return [
         {"id": r["id"], "question": r["question"], "answer": _answers(r["answer"], r["id"]),
-         "source": f"masbench-{axis}"}
+         "source": f"masbench-{axis}", "intermediates": intermediate_facts(r["graph"], r["targets"])}
         for r in rows
     ]
+
+
+def intermediate_facts(graph: Mapping[str, Mapping[str, Any]], targets: Sequence[str]) -> list[str]:
+    """``the <quantity> = <value>`` for the quantities on one longest dependency chain of each target, from the
+    first operation up to the target: one fact per level, so the share a final agent states is how far up the
+    chain it got (side quantities, which one round of arithmetic computes at once, are left out)."""
+    values = evaluate_graph(graph)  # type: ignore[arg-type]
+    depth = op_depths(graph)  # type: ignore[arg-type]
+    facts: list[str] = []
+    for target in targets:
+        chain, name = [], target
+        while graph[name]["op"] != "const":
+            chain.append(name)
+            name = max(graph[name]["inputs"], key=lambda x: depth[x])
+        facts.extend(f"the {q} = {values[q]}" for q in reversed(chain))
+    return facts
 
 
 def _first_user_text(prompt: Any) -> str:
@@ -205,8 +248,19 @@ def _load_one(spec: str) -> list[dict[str, Any]]:
 
 
 def load_rows(spec: str, *, limit: int | None = None) -> list[dict[str, Any]]:
-    """Rows ``{id, question, answer: list[str], source}`` (plus ``prompt`` for kept verl prompts) of a dataset
-    spec string (module docstring); ``limit`` keeps the first rows."""
+    """Rows ``{id, question, answer: list[str], source}`` (plus ``prompt`` for kept verl prompts) of a dataset.
+
+    Args:
+        spec: A dataset spec string (module docstring): ``masbench:…``, ``masbench-official:…``, ``jsonl:…``,
+            ``parquet:…``, or several joined with ``+``.
+        limit: Keep the first rows only.
+
+    Returns:
+        The rows.
+
+    Raises:
+        ValueError: An unknown form or no rows (a bad row is a ``DataError``, also a ``ValueError``).
+    """
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError("dataset spec must be a non-empty string")
     rows: list[dict[str, Any]] = []
@@ -223,8 +277,17 @@ def to_trl_rows(
     rows: Iterable[Mapping[str, Any]], dom: str = "high", *, registry: AgentRegistry | None = None,
     prompt: str | None = None,
 ) -> list[dict[str, Any]]:
-    """TRL rows: the orchestrator prompt as chat messages plus the columns the reward reads (``prompt``: a
-    template folder, see :mod:`mas_orchestra.prompt_templates`; None: ours)."""
+    """TRL rows: the orchestrator prompt as chat messages plus the columns the reward reads.
+
+    Args:
+        rows: Rows as :func:`load_rows` returns them (a row's own ``prompt`` is kept).
+        dom: ``high`` or ``low``.
+        registry: The kinds offered in the prompt (default: the built-in kinds without search).
+        prompt: A template folder (see :mod:`mas_orchestra.prompt_templates`; ``None``: ours).
+
+    Returns:
+        Dicts with ``prompt``, ``question``, ``answer``, ``id`` and ``source``.
+    """
     registry = registry or default_registry.without_search()
     out = []
     for row in rows:
@@ -237,6 +300,7 @@ def to_trl_rows(
             "answer": list(row["answer"]),
             "id": str(row["id"]),
             "source": str(row.get("source", "")),
+            "intermediates": [str(f) for f in row.get("intermediates") or ()],
         })
     return out
 
@@ -245,7 +309,18 @@ def build_dataset(
     spec: str, dom: str = "high", *, registry: AgentRegistry | None = None, limit: int | None = None,
     prompt: str | None = None,
 ) -> Any:
-    """A ``datasets.Dataset`` of TRL rows for a dataset spec string (``prompt``: the template folder)."""
+    """A ``datasets.Dataset`` of TRL rows for a dataset spec string.
+
+    Args:
+        spec: A dataset spec string (see :func:`load_rows`).
+        dom: ``high`` or ``low``.
+        registry: The kinds offered in the prompt.
+        limit: Keep the first rows only.
+        prompt: The template folder (``None``: ours).
+
+    Returns:
+        The dataset.
+    """
     from datasets import Dataset
 
     return Dataset.from_list(to_trl_rows(load_rows(spec, limit=limit), dom, registry=registry, prompt=prompt))

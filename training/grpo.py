@@ -82,33 +82,6 @@ def _subagent(cfg: OrchestraGRPOConfig, text: str | None = None) -> Any:
     return resolve_model(text, **kwargs)
 
 
-def _subagents(cfg: OrchestraGRPOConfig, registry: Any) -> tuple[Any, Any]:
-    """(the sub-agent model the reward runs by default, the offered registry): with a pool in ``subagent`` every
-    kind gets a ``model`` parameter naming a pool entry, and ``prices`` are registered for the pool's models.
-
-    Raises:
-        PoolError: a bad pool or default, or (with ``cost_metric: cost_usd``) a pool model without a price.
-    """
-    from agents.base import model_name_of
-    from mas_orchestra.offers import PoolError, with_pool
-    from mas_orchestra.runtime.pricing import price_of, register_price
-
-    pool_text = cfg.subagent_pool
-    models = {name: _subagent(cfg, text) for name, text in (pool_text or {}).items()}
-    for name, (price_in, price_out) in cfg.price_table.items():
-        register_price(model_name_of(models[name]) if name in models else name, price_in, price_out)
-    if not models:
-        if cfg.subagent_defaults:
-            raise PoolError("subagent_defaults needs a pool: subagent: 'fast=<model>,strong=<model>'")
-        return _subagent(cfg), registry
-    if cfg.cost_metric == "cost_usd":
-        missing = [f"{name} ({model_name_of(m)})" for name, m in models.items() if price_of(model_name_of(m)) is None]
-        if missing:
-            raise PoolError(f"cost_metric cost_usd: no price for pool model(s) {', '.join(missing)}; give them in "
-                            "prices, e.g. prices: 'fast=1:1,strong=5:5' (USD per million input:output tokens)")
-    return next(iter(models.values())), with_pool(registry, models, cfg.subagent_default_map)
-
-
 def _check_vllm(cfg: OrchestraGRPOConfig) -> None:
     if importlib.util.find_spec("vllm") is None:
         raise SystemExit(f"--use-vllm needs vLLM, which is not installed: {VLLM_INSTALL_HINT}")
@@ -202,7 +175,7 @@ def _validation_callback(cfg: OrchestraGRPOConfig, reward_kwargs: dict[str, Any]
     from training.validation import ValidationCallback, ValidationRunner
 
     rows = filter_long_prompts(
-        build_dataset(cfg.val_dataset, cfg.dom, registry=registry, limit=cfg.val_limit), tokenizer,
+        build_dataset(cfg.val_dataset, cfg.dom, registry=registry, limit=cfg.val_limit, prompt=cfg.prompt), tokenizer,
         cfg.max_prompt_length,
     )
     runner = ValidationRunner(
@@ -258,6 +231,7 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
     from mas_orchestra.bench.training_curve import compare_windows, curve_from_history
     from mas_orchestra.models.precision import cpu_has_native_bf16
     from training.data import build_dataset, filter_long_prompts
+    from training.pools import pooled_subagents
     from training.rewards import make_outcome_reward, orchestra_registry
     from training.trainer import (
         CurvePlotter,
@@ -278,13 +252,14 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         from mas_orchestra import environment
 
         search = make_backend(cfg.search, cache_path=environment.search_cache_path())
-    subagent, registry = _subagents(cfg, orchestra_registry(search, agents=cfg.agent_kinds))
+    subagent, registry = pooled_subagents(
+        cfg, orchestra_registry(search, agents=cfg.agent_kinds), lambda text: _subagent(cfg, text))
     reward_kwargs: dict[str, Any] = dict(
         subagent=subagent, dom=cfg.dom, grader=cfg.grader, search=search, cost_weight=cfg.cost_weight,
         final_answer_weight=cfg.final_answer_weight, execution_success_weight=cfg.execution_success_weight,
         max_concurrency=cfg.reward_concurrency, timeout=cfg.reward_timeout, max_retries=cfg.max_retries,
         registry=registry, cost_metric=cfg.cost_metric, cost_reward=cfg.cost_reward, call_timeout=cfg.call_timeout,
-        judge=cfg.judge,
+        judge=cfg.judge, partial_credit_weight=cfg.partial_credit_weight,
         constrained=None if cfg.constrained else False, strict=cfg.strict,
     )
     reward = make_outcome_reward(**reward_kwargs)
@@ -440,6 +415,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Train as the config from ``argv`` says; returns the run's summary (metrics, paths)."""
     cfg = parse_config(argv)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",

@@ -16,7 +16,8 @@ status                               reward
 ``compile_error``                    0
 ``exec_error`` / ``timeout``         0 (the MAS did not execute successfully: no execution bonus)
 ``crash`` (any other exception)      0, logged with its traceback; the rest of the batch goes on
-``ok``, wrong answer                 ``execution_success_weight``
+``ok``, wrong answer                 ``execution_success_weight`` (+ ``partial_credit_weight`` × the share of
+                                     the row's ``intermediates`` the final agent states, when given)
 ``ok``, correct answer               ``execution_success_weight + max(0, final_answer_weight -
                                      cost_weight × cost)``
 ===================================  ===========================================================
@@ -42,12 +43,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import statistics
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 from agents.base import message_text
@@ -57,27 +56,23 @@ from mas_orchestra.models import resolve_model
 from mas_orchestra.registry import AgentRegistry, offered_registry
 from mas_orchestra.runtime import Status, execute_spec, whole_response_answer
 from mas_orchestra.settings import RunSettings
-from mas_orchestra.spec import WARNING_KINDS, check_dom, count_warnings, parse_orchestration
-from mas_orchestra.spec.structure import STRUCTURE_KEYS, Structure, structure_of, summarize_structures
+from mas_orchestra.spec import check_dom, count_warnings, parse_orchestration
+from mas_orchestra.spec.structure import structure_of
+from training.records import RolloutRecord, summarize
+from training.shaping import group_cost_rewards, stated_share
 
 __all__ = [
     "COST_METRICS",
     "COST_REWARDS",
-    "STATUSES",
     "OutcomeReward",
-    "RolloutRecord",
     "completion_text",
-    "group_cost_rewards",
     "make_outcome_reward",
     "orchestra_registry",
     "question_from_prompt",
-    "summarize",
 ]
 
 log = logging.getLogger(__name__)
 
-#: Every status a rollout can end with: the runtime's statuses plus ``crash`` (an unexpected exception).
-STATUSES: tuple[str, ...] = (*(s.value for s in Status), "crash")
 COST_METRICS = ("subagent_calls", "total_tokens", "cost_usd")
 #: How cost enters a correct answer's reward (see :meth:`OutcomeReward.reward_for` and :func:`group_cost_rewards`).
 COST_REWARDS = ("linear", "group")
@@ -91,39 +86,6 @@ def orchestra_registry(
     """The agent kinds offered to the orchestrator, as :class:`mas_orchestra.Orchestra` filters them:
     ``agents`` (names or aliases) if given, and without a search backend the search agent is not offered."""
     return offered_registry(registry, search=search, agents=agents)
-
-
-@dataclass
-class RolloutRecord:
-    """What happened to one completion."""
-
-    index: int
-    status: str = "crash"
-    reward: float = 0.0
-    correct: bool = False
-    #: Agents in the parsed spec (0 = direct answer); ``None`` when the completion did not parse.
-    agents: int | None = None
-    agent_counts: dict[str, int] = field(default_factory=dict)
-    subagent_calls: int = 0
-    total_tokens: int = 0
-    cost_usd: float = 0.0
-    wall_s: float = 0.0
-    answer: str | None = None
-    error: str | None = None
-    #: The question and the completion as sampled (what ``rollouts.jsonl`` keeps for inspection).
-    question: str = ""
-    completion: str = ""
-    #: Leniencies the parser applied to the completion, by kind (see ``mas_orchestra.spec.SpecWarning``).
-    spec_warnings: dict[str, int] = field(default_factory=dict)
-    #: True when the answer graded was the whole completion (``whole_response_fallback``).
-    whole_response: bool = False
-    #: The parsed spec's structure (:class:`mas_orchestra.spec.structure.Structure` as a dict); None if invalid.
-    structure: dict[str, Any] | None = None
-
-    @property
-    def valid(self) -> bool:
-        """The completion parsed and validated into a spec (whatever happened when it ran)."""
-        return self.agents is not None
 
 
 def completion_text(completion: Any) -> str:
@@ -167,78 +129,47 @@ def _truths(value: Any) -> str | list[str]:
     raise TypeError(f"answer must be a string or a list of strings, got {type(value).__name__}")
 
 
-def _mean(values: Sequence[float]) -> float:
-    return float(sum(values) / len(values)) if values else 0.0
-
-
-def summarize(records: Sequence[RolloutRecord], kinds: Sequence[str] = ()) -> dict[str, float]:
-    """Metrics of a batch of rollouts; the same keys for every batch (zeros when there is nothing to count).
-
-    - ``valid_spec_rate``: completions that parsed and validated into a spec / all completions;
-    - ``status/<s>`` for each of :data:`STATUSES`: share of all completions;
-    - ``correct_rate``: correct answers / all completions;
-    - over the valid specs only: ``agents_per_spec`` (mean agents per spec, 0 for a direct answer),
-      ``delegation_share`` (specs with exactly one agent), ``direct_answer_share`` (specs with none),
-      ``subagent_calls``, ``subagent_tokens``, ``subagent_cost_usd`` (means per spec);
-    - ``agent_share/<kind>`` for each kind in ``kinds`` (and any other kind seen): that kind's share of all
-      agent nodes in the valid specs;
-    - ``outcome_reward/mean``, ``outcome_reward/std`` (population std), ``rollout_wall_s/mean`` and ``/max``;
-    - ``spec_warnings/<kind>`` for each of :data:`~mas_orchestra.spec.WARNING_KINDS`: share of all completions
-      whose reading needed that leniency; ``whole_response_rate``: completions graded on their whole text;
-    - ``structure/<key>`` for each of :data:`~mas_orchestra.spec.structure.STRUCTURE_KEYS` over the valid specs
-      (``agents_mean``, ``depth_mean`` along edges, ``ref_depth_mean`` along ``${id}`` references, ``width_mean``,
-      ``edges_mean``, ``wired_share``; see :func:`mas_orchestra.spec.structure.summarize_structures`);
-      ``structure/correct_ref_depth_mean``: ``ref_depth`` of the correct ones (0 when none);
-    - ``dead_group_share``: share of groups (rollouts of the same question) whose rewards are all equal, so their
-      GRPO advantages are zero and they give the policy no gradient.
-    """
-    n = len(records)
-    statuses = Counter(r.status for r in records)
-    valid = [r for r in records if r.valid]
-    nodes: Counter[str] = Counter()
-    for r in valid:
-        nodes.update(r.agent_counts)
-    total_nodes = sum(nodes.values())
-    rewards = [r.reward for r in records]
-    out: dict[str, float] = {
-        "valid_spec_rate": len(valid) / n if n else 0.0,
-        "correct_rate": sum(r.correct for r in records) / n if n else 0.0,
-    }
-    for status in STATUSES:
-        out[f"status/{status}"] = statuses[status] / n if n else 0.0
-    out["agents_per_spec"] = _mean([r.agents or 0 for r in valid])
-    out["delegation_share"] = sum(r.agents == 1 for r in valid) / len(valid) if valid else 0.0
-    out["direct_answer_share"] = sum(r.agents == 0 for r in valid) / len(valid) if valid else 0.0
-    for kind in sorted({*kinds, *nodes}):
-        out[f"agent_share/{kind}"] = nodes[kind] / total_nodes if total_nodes else 0.0
-    out["subagent_calls"] = _mean([r.subagent_calls for r in valid])
-    out["subagent_tokens"] = _mean([r.total_tokens for r in valid])
-    out["subagent_cost_usd"] = _mean([r.cost_usd for r in valid])
-    out["outcome_reward/mean"] = _mean(rewards)
-    out["outcome_reward/std"] = statistics.pstdev(rewards) if n > 1 else 0.0
-    out["rollout_wall_s/mean"] = _mean([r.wall_s for r in records])
-    out["rollout_wall_s/max"] = max((r.wall_s for r in records), default=0.0)
-    for kind in WARNING_KINDS:
-        out[f"spec_warnings/{kind}"] = sum(kind in r.spec_warnings for r in records) / n if n else 0.0
-    out["whole_response_rate"] = sum(r.whole_response for r in records) / n if n else 0.0
-    measured = [(r, Structure(**r.structure)) for r in valid if r.structure is not None]
-    structure = summarize_structures(shape for _, shape in measured)
-    for key in STRUCTURE_KEYS:
-        out[f"structure/{key}"] = structure[key]
-    out["structure/correct_ref_depth_mean"] = _mean([shape.ref_depth for r, shape in measured if r.correct])
-    groups: dict[str, list[float]] = {}
-    for r in records:
-        groups.setdefault(r.question, []).append(r.reward)
-    # A group whose rollouts all scored the same has zero advantages: GRPO learns nothing from it.
-    out["dead_group_share"] = (sum(len(set(g)) == 1 for g in groups.values()) / len(groups)) if groups else 0.0
-    return out
-
-
 class OutcomeReward:
     """Async GRPO reward over executed multi-agent systems; build it with :func:`make_outcome_reward`.
 
-    Attributes: ``last_batch`` (``{"records": [...], "metrics": {...}, "n": int, "wall_s": float}`` of the
-    latest call, or ``None``), ``history`` (the metrics of every call), ``calls``.
+    Each completion's orchestration is parsed, compiled and run, and its answer graded; the module docstring's
+    table turns the outcome into the reward. Use it as ``GRPOTrainer(reward_funcs=[reward])``.
+
+    Args:
+        subagent: The model every sub-agent runs on (a chat model or a model string).
+        dom: The degree of MAS the prompts asked for (the parser mode).
+        grader: A :func:`mas_orchestra.bench.grading.grade` kind.
+        search: A search backend for WebSearchAgent nodes (without one the agent is not offered).
+        cost_weight: Penalty per unit of cost on a correct answer's reward (never below 0).
+        cost_metric: ``subagent_calls`` | ``total_tokens`` (thousands) | ``cost_usd`` (priced).
+        cost_reward: ``linear`` (``cost_weight`` × cost off a correct answer) | ``group`` (cost normalised among
+            a prompt's correct rollouts, see :func:`group_cost_rewards`; ``cost_weight`` in [0, 1)).
+        final_answer_weight: Reward of a correct answer.
+        execution_success_weight: Reward of a system that ran to its end, correct or not.
+        max_concurrency: Multi-agent systems executed at once across the batch (the paper ran 128).
+        timeout: Seconds one MAS may run before it scores 0 as ``timeout``.
+        max_retries: Retries of transient sub-agent model errors.
+        registry: The agent registry (default: the built-in kinds).
+        call_timeout: Seconds for one sub-agent call.
+        graph_concurrency: Model calls in flight inside one MAS.
+        grade_timeout: Seconds Math-Verify may take on one answer.
+        judge: The model for ``grader="judge"``.
+        retry_initial_delay: Seconds before the first retry.
+        constrained: Sub-agent replies under the reply grammar, as ``Orchestra`` takes it (``None``: local only).
+        settings: A ``RunSettings`` for each MAS; the keywords above override its fields.
+        strict: Any parser leniency makes a completion ``invalid_spec`` (reward 0).
+        whole_response_fallback: Grade a completion with no agent and no ``<answer>`` on its whole text.
+        partial_credit_weight: A wrong but executed answer earns this times the share of the row's
+            ``intermediates`` its final agent states (:func:`stated_share`); 0 = off, below
+            ``final_answer_weight``.
+
+    Raises:
+        ValueError: An unknown grader or cost metric, no ``judge`` for the judge grader, or a bad setting.
+
+    Attributes:
+        last_batch: ``{"records", "metrics", "n", "wall_s"}`` of the latest call, or ``None``.
+        history: The metrics of every call.
+        calls: How many batches were scored.
     """
 
     __name__ = "outcome_reward"
@@ -268,6 +199,7 @@ class OutcomeReward:
         settings: RunSettings | None = None,
         strict: bool = False,
         whole_response_fallback: bool = False,
+        partial_credit_weight: float = 0.0,
     ) -> None:
         self.dom = check_dom(dom)
         if grader not in VALID_KINDS:
@@ -280,6 +212,9 @@ class OutcomeReward:
             raise ValueError(f"unknown cost_reward {cost_reward!r}; valid: {', '.join(COST_REWARDS)}")
         if cost_reward == "group" and not 0 <= cost_weight < 1:
             raise ValueError(f"cost_weight={cost_weight!r}: with cost_reward='group' it must be in [0, 1)")
+        if partial_credit_weight and not 0 < partial_credit_weight < final_answer_weight:
+            raise ValueError(f"partial_credit_weight={partial_credit_weight!r} must be in [0, final_answer_weight="
+                                 f"{final_answer_weight!r}): a wrong answer must never score like a right one")
         if not isinstance(max_concurrency, int) or max_concurrency < 1:
             raise ValueError(f"max_concurrency must be an int >= 1, got {max_concurrency!r}")
         #: How each multi-agent system runs (validated once here, handed whole to every execute_spec).
@@ -303,6 +238,7 @@ class OutcomeReward:
         self.constrained = constrained
         self.strict = bool(strict)
         self.whole_response_fallback = bool(whole_response_fallback)
+        self.partial_credit_weight = float(partial_credit_weight)
         self.last_batch: dict[str, Any] | None = None
         self.history: list[dict[str, float]] = []
         self.calls = 0
@@ -314,6 +250,20 @@ class OutcomeReward:
     async def __call__(
         self, prompts: Sequence[Any], completions: Sequence[Any], answer: Sequence[Any] | None = None, **kwargs: Any
     ) -> list[float]:
+        """Score a batch of completions (TRL's reward-function signature).
+
+        Args:
+            prompts: The prompts (the question is read from them without a ``question`` column).
+            completions: The orchestrator's completions (text or chat messages).
+            answer: The ground truth of each completion's question (the dataset's ``answer`` column).
+            **kwargs: Other dataset columns (``question`` is used) and TRL's extras (ignored).
+
+        Returns:
+            One reward per completion.
+
+        Raises:
+            ValueError: No ``answer`` column, or lists of different lengths.
+        """
         n = len(completions)
         if answer is None:
             raise ValueError("the dataset needs an 'answer' column (the ground truth) for the outcome reward")
@@ -324,8 +274,11 @@ class OutcomeReward:
             questions = [question_from_prompt(p) for p in prompts]
         started = time.perf_counter()
         semaphore = asyncio.Semaphore(self.max_concurrency)
+        facts = kwargs.get("intermediates")
+        if facts is None or len(facts) != n:
+            facts = [None] * n
         records = await asyncio.gather(
-            *(self._rollout(i, completions[i], questions[i], answer[i], semaphore) for i in range(n))
+            *(self._rollout(i, completions[i], questions[i], answer[i], semaphore, facts[i]) for i in range(n))
         )
         if self.cost_reward == "group" and self.cost_weight:
             ids = kwargs.get("id")
@@ -354,13 +307,14 @@ class OutcomeReward:
     # -- one rollout ----------------------------------------------------------------------------
 
     async def _rollout(
-        self, index: int, completion: Any, question: Any, truth: Any, semaphore: asyncio.Semaphore
+        self, index: int, completion: Any, question: Any, truth: Any, semaphore: asyncio.Semaphore,
+        facts: Sequence[str] | None = None,
     ) -> RolloutRecord:
         record = RolloutRecord(index=index)
         started = time.perf_counter()
         try:
             async with semaphore:
-                await self._score(record, completion, question, truth)
+                await self._score(record, completion, question, truth, facts)
         except Exception as exc:  # one broken rollout scores 0; the step goes on
             record.status, record.reward, record.correct = "crash", 0.0, False
             record.error = f"{type(exc).__name__}: {exc}"
@@ -368,7 +322,8 @@ class OutcomeReward:
         record.wall_s = time.perf_counter() - started
         return record
 
-    async def _score(self, record: RolloutRecord, completion: Any, question: Any, truth: Any) -> None:
+    async def _score(self, record: RolloutRecord, completion: Any, question: Any, truth: Any,
+                     facts: Sequence[str] | None = None) -> None:
         text = completion_text(completion)
         record.question, record.completion = str(question), text
         truths = _truths(truth)
@@ -409,6 +364,8 @@ class OutcomeReward:
             await agrade(outcome.answer or "", truths, self.grader, question=str(question), judge=self.judge,
                          timeout=self.grade_timeout)
         )
+        if facts is not None and len(facts) and spec.sink in outcome.node_results:
+            record.partial = stated_share(outcome.node_results[spec.sink].text(), facts)
         record.reward = self.reward_for(record)
 
     def cost_of(self, record: RolloutRecord) -> float:
@@ -428,6 +385,8 @@ class OutcomeReward:
         if record.correct:
             penalty = self.cost_weight * self.cost_of(record) if self.cost_reward == "linear" else 0.0
             reward += max(0.0, self.final_answer_weight - penalty)
+        elif record.partial is not None:
+            reward += self.partial_credit_weight * record.partial
         return float(reward)
 
     # -- metrics for the trainer ----------------------------------------------------------------
@@ -445,6 +404,7 @@ class OutcomeReward:
 
     @staticmethod
     def record_dicts(records: Sequence[RolloutRecord]) -> list[dict[str, Any]]:
+        """The records as plain dicts (for ``rollouts.jsonl``)."""
         return [asdict(r) for r in records]
 
     def __repr__(self) -> str:
@@ -452,33 +412,6 @@ class OutcomeReward:
             f"OutcomeReward(dom={self.dom!r}, grader={self.grader!r}, subagent={type(self.subagent).__name__}, "
             f"max_concurrency={self.max_concurrency}, timeout={self.settings.timeout})"
         )
-
-
-def group_cost_rewards(records: Sequence[RolloutRecord], groups: Sequence[str], reward: OutcomeReward) -> list[float]:
-    """Rewards with cost normalised among the correct rollouts of each group (one prompt's rollouts).
-
-    Args:
-        records: the scored rollouts (their ``reward`` without any cost penalty).
-        groups: one key per record; records with the same key were sampled for the same prompt.
-        reward: gives ``cost_weight``, ``final_answer_weight``, ``execution_success_weight`` and ``cost_of``.
-
-    Returns:
-        One reward per record: unchanged for wrong or failed rollouts; for a correct one
-        ``execution_success_weight + final_answer_weight × (1 − cost_weight × (c − min) / (max − min))`` over the
-        costs ``c`` of the group's correct rollouts (no penalty when they all cost the same).
-    """
-    by_group: dict[str, list[int]] = {}
-    for i, key in enumerate(groups):
-        if records[i].correct and records[i].status == Status.OK.value:
-            by_group.setdefault(key, []).append(i)
-    out = [r.reward for r in records]
-    for members in by_group.values():
-        costs = [reward.cost_of(records[i]) for i in members]
-        low, high = min(costs), max(costs)
-        for i, cost in zip(members, costs, strict=True):
-            share = (cost - low) / (high - low) if high > low else 0.0
-            out[i] = reward.execution_success_weight + reward.final_answer_weight * (1.0 - reward.cost_weight * share)
-    return out
 
 
 def make_outcome_reward(
@@ -497,23 +430,10 @@ def make_outcome_reward(
 ) -> OutcomeReward:
     """The outcome reward for ``GRPOTrainer(reward_funcs=[...])``.
 
-    ``subagent``: the model every sub-agent runs on (a chat model or a model string, see
-    :func:`mas_orchestra.models.resolve_model`). ``dom``: the degree of MAS the prompts asked for (the parser
-    mode). ``grader``: a :func:`mas_orchestra.bench.grading.grade` kind. ``search``: a search backend for
-    WebSearchAgent nodes (without one the agent is not offered, see :func:`orchestra_registry`).
-    ``max_concurrency``: multi-agent systems executed at once across the batch (the paper ran 128).
-    ``timeout``: seconds one MAS may run before it scores 0 as ``timeout``. Further keywords:
-    ``cost_metric`` (``subagent_calls`` | ``total_tokens`` | ``cost_usd``), ``cost_reward`` (``linear`` |
-    ``group``: cost normalised among a prompt's correct rollouts, see :func:`group_cost_rewards`),
-    ``call_timeout`` (one sub-agent call),
-    ``graph_concurrency`` (model calls in flight inside one MAS), ``grade_timeout``, ``judge`` (the
-    model for ``grader="judge"``), ``retry_initial_delay``, ``constrained`` (sub-agent replies under the reply
-    grammar, as :class:`mas_orchestra.Orchestra` takes it; None: on for local models), ``settings`` (a
-    :class:`~mas_orchestra.settings.RunSettings` for each MAS; ``timeout``, ``max_retries``, ``call_timeout``,
-    ``graph_concurrency`` and ``retry_initial_delay`` override its fields), ``strict`` (any parser leniency
-    makes a completion ``invalid_spec``, reward 0), ``whole_response_fallback`` (the original reward's
-    behaviour: a completion with no agent and no ``<answer>`` is graded as a direct answer on its whole text;
-    off by default).
+    Takes :class:`OutcomeReward`'s arguments (documented there), the first eleven also by position.
+
+    Returns:
+        The reward object.
     """
     return OutcomeReward(
         subagent=subagent, dom=dom, grader=grader, search=search, cost_weight=cost_weight,

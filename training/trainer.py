@@ -1,7 +1,7 @@
 """TRL integration: a GRPOTrainer whose logs carry the outcome-reward metrics, and a step timer.
 
 ``OrchestraGRPOTrainer.log`` pops the rollout records every :class:`~training.rewards.OutcomeReward` collected
-since the previous log, summarises them (:func:`training.rewards.summarize`) and adds the metrics to the
+since the previous log, summarises them (:func:`training.records.summarize`) and adds the metrics to the
 same ``logs`` dict TRL fills with its own (``reward``, ``kl``, ``completions/mean_length``…), so they land in
 ``trainer_state.json``'s ``log_history`` and in TensorBoard/W&B side by side. With several processes each
 rank executes the multi-agent systems of its own completions; the records of all ranks are gathered at
@@ -31,7 +31,7 @@ from mas_orchestra.bench.training_curve import (
     validation_from_history,
 )
 from mas_orchestra.errors import MissingExtraError
-from training.rewards import RolloutRecord, summarize
+from training.records import RolloutRecord, summarize
 
 __all__ = ["CurvePlotter", "HeapTrimmer", "OrchestraGRPOTrainer", "StepTimer", "checkpoint_every_n_layers",
            "peak_rss_mb"]
@@ -94,6 +94,7 @@ class OrchestraGRPOTrainer(GRPOTrainer):
         return [f for f in self.reward_funcs if hasattr(f, "pop_records")]
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Gather every rank's rollout records, add the outcome metrics, write ``rollouts.jsonl`` (rank 0), then log."""
         for reward in self._outcome_rewards():
             records: list[RolloutRecord] = reward.pop_records()
             ranks = [0] * len(records)
@@ -200,6 +201,7 @@ class HeapTrimmer(TrainerCallback):
     """Hands the heap's free pages back to the OS after every step (see :mod:`training.allocator`)."""
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Return freed heap memory to the system after each step."""
         from training.allocator import trim_heap
 
         trim_heap()
@@ -214,9 +216,11 @@ class StepTimer(TrainerCallback):
         self._wall = self._cpu = 0.0
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Start the step's wall and CPU clocks."""
         self._wall, self._cpu = time.perf_counter(), time.process_time()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Record the step's wall and CPU seconds and peak memory."""
         self.steps.append({
             "step": state.global_step,
             "wall_s": time.perf_counter() - self._wall,
@@ -235,6 +239,7 @@ class CurvePlotter(TrainerCallback):
         self._disabled = False
 
     def draw(self, history: list[dict[str, Any]]) -> Path | None:
+        """Draw the reward curve from the log history; returns the PNG's path, or ``None``."""
         if self._disabled:
             return None
         curve = curve_from_history(history)
@@ -248,9 +253,11 @@ class CurvePlotter(TrainerCallback):
         return self.written
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Redraw the reward curve at each checkpoint (rank 0)."""
         if state.is_world_process_zero:
             self.draw(state.log_history)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Draw the final reward curve (rank 0)."""
         if state.is_world_process_zero:
             self.draw(state.log_history)

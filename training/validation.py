@@ -34,7 +34,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from training.rewards import STATUSES, OutcomeReward, RolloutRecord, summarize
+from training.records import STATUSES, RolloutRecord, summarize
+from training.rewards import OutcomeReward
 
 __all__ = ["VAL_PREFIX", "ValidationCallback", "ValidationRunner"]
 
@@ -189,6 +190,7 @@ class ValidationCallback(TrainerCallback):
         self.steps: list[int] = []
 
     def attach(self, trainer: Any) -> ValidationCallback:
+        """Bind the callback to its trainer (and to the trainer's event loop)."""
         self.trainer = trainer
         if self.runner.loop is None:
             self.runner.loop = getattr(trainer, "async_loop", None)
@@ -224,11 +226,13 @@ class ValidationCallback(TrainerCallback):
             control.should_log = should_log
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        """Validate before the first step, unless the log already holds that pass."""
         already = any(VAL_PREFIX + "avg_at_k" in e and e.get("step") == 0 for e in state.log_history)
         if self.before_train and state.global_step == 0 and not already:
             self._validate(args, state, control, model)
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        """Validate every ``every`` steps and after the last one."""
         step = state.global_step
         if step % self.every == 0 or step >= state.max_steps:
             self._validate(args, state, control, model)

@@ -271,6 +271,17 @@ class WebSearchAgent(Agent):
     # -- the loop ------------------------------------------------------------------------------------
 
     async def arun(self, task: str) -> AgentResult:
+        """Search (the first query is the task itself), read the hits and answer with sources.
+
+        Args:
+            task: The (sub-)task text.
+
+        Returns:
+            The result: reasoning, answer, usage and ``details`` (sources, searches, turns).
+
+        Raises:
+            SubAgentError: The model failed or never wrote a parsable reply.
+        """
         run = _Run()
         first_query = " ".join(task.split())[: self.max_query_chars]
         first = render("search_first", task=task, results=await self._search(first_query, task, run))

@@ -264,7 +264,18 @@ class BM25Backend:
         k1: float = 1.5,
         b: float = 0.75,
     ) -> None:
-        """Index ``documents`` in memory (same as :meth:`from_documents`)."""
+        """Index ``documents`` in memory (same as :meth:`from_documents`).
+
+        Args:
+            documents: Dicts with ``id``, ``title``, ``text``, optional ``url``.
+            text_fields: The fields that are searched.
+            k1: BM25's term-frequency saturation.
+            b: BM25's length normalisation.
+
+        Raises:
+            MissingSearchExtraError: bm25s or PyStemmer is missing (``pip install 'mas-orchestra[search]'``).
+            ValueError: No text field named.
+        """
         rows = list(documents)
         self._setup(text_fields, k1, b)
         self._store: _MemoryStore | _FileStore = _MemoryStore(rows)
@@ -439,10 +450,17 @@ _VALID_SPECS = '"bm25:<path to corpus.jsonl>", "ddg" (or "duckduckgo"), "tavily"
 
 
 def make_backend(spec: str, *, cache_path: str | os.PathLike[str] | None = None, **kwargs: Any) -> SearchBackend:
-    """Build a backend from ``"bm25:<path>"``, ``"ddg"`` or ``"tavily"``; extra kwargs go to its constructor.
+    """Build a backend from ``"bm25:<path>"``, ``"ddg"`` or ``"tavily"``.
 
-    ``cache_path`` is the web backends' cache file (ignored by BM25, which reads a local corpus); mas-orchestra's
-    callers pass :func:`mas_orchestra.environment.search_cache_path` (``$MAS_SEARCH_CACHE``).
+    Args:
+        spec: ``bm25:<corpus.jsonl>``, ``ddg`` or ``tavily``.
+        cache_path: The web backends' cache file (ignored by BM25, which reads a local corpus); mas-orchestra's
+            callers pass :func:`mas_orchestra.environment.search_cache_path` (``$MAS_SEARCH_CACHE``). ``None``:
+            :func:`~agents.search.web.default_cache_path`.
+        **kwargs: Passed to the backend's constructor.
+
+    Returns:
+        The backend.
 
     Raises:
         ValueError: for an unknown spec (the message lists the valid forms).

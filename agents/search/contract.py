@@ -30,7 +30,15 @@ PIP_HINT = install_command(SEARCH_EXTRA)
 
 @dataclass(frozen=True)
 class Hit:
-    """One search result: a passage with its title, where it came from and how well it matched."""
+    """One search result: a passage with its title, where it came from and how well it matched.
+
+    Attributes:
+        id: The document's id.
+        title: Its title.
+        text: The passage.
+        url: Where it came from (empty for a local corpus).
+        score: How well it matched (backend-specific scale).
+    """
 
     id: str
     title: str
@@ -47,7 +55,9 @@ class Hit:
 class SearchBackend(Protocol):
     """Anything with ``search(query, k) -> list[Hit]``; an ``async asearch(query, k)`` twin is optional."""
 
-    def search(self, query: str, k: int = 5) -> list[Hit]: ...
+    def search(self, query: str, k: int = 5) -> list[Hit]:
+        """The ``k`` best hits for ``query``, best first."""
+        ...
 
 
 class SearchError(MasOrchestraError, RuntimeError):
@@ -75,6 +85,14 @@ async def asearch(backend: SearchBackend, query: str, k: int = 5) -> list[Hit]:
 
     Uses the backend's own coroutine ``asearch`` when it has one, otherwise runs the blocking ``search``
     in a worker thread.
+
+    Args:
+        backend: Any search backend.
+        query: The query.
+        k: Hits wanted.
+
+    Returns:
+        The hits, best first.
     """
     native = getattr(backend, "asearch", None)
     if native is not None and inspect.iscoroutinefunction(native):

@@ -67,10 +67,19 @@ class SearchCache:
 
     @property
     def enabled(self) -> bool:
+        """Whether the cache has an open database (``False`` when it is switched off)."""
         return self._conn is not None
 
     def get(self, kind: str, key: str) -> str | None:
-        """The stored value, or ``None`` when absent, expired or the cache is off."""
+        """The stored value, or ``None`` when absent, expired or the cache is off.
+
+        Args:
+            kind: What is stored (query results or a page).
+            key: Its key.
+
+        Returns:
+            The value, or ``None``.
+        """
         if self._conn is None:
             return None
         with self._lock:
@@ -89,7 +98,13 @@ class SearchCache:
         return value
 
     def put(self, kind: str, key: str, value: str) -> None:
-        """Store ``value`` (a write failure is logged, never raised)."""
+        """Store ``value`` (a write failure is logged, never raised).
+
+        Args:
+            kind: What is stored (query results or a page).
+            key: Its key.
+            value: The text to store.
+        """
         if self._conn is None:
             return
         with self._lock:
@@ -103,6 +118,7 @@ class SearchCache:
                 logger.warning("search cache write failed: %s", exc)
 
     def close(self) -> None:
+        """Close the cache's database; later lookups miss."""
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
@@ -140,7 +156,15 @@ _SPACES = re.compile(r"[ \t\r\f\v\u00a0]+")
 
 
 def html_to_text(html: str, max_chars: int | None = None) -> str:
-    """Readable text of an HTML page: scripts, styles and navigation removed, whitespace collapsed."""
+    """Readable text of an HTML page: scripts, styles and navigation removed, whitespace collapsed.
+
+    Args:
+        html: The page's HTML.
+        max_chars: Cap on the text's length (``None``: no cap).
+
+    Returns:
+        The text.
+    """
     try:
         from bs4 import BeautifulSoup
     except ImportError as exc:
@@ -195,7 +219,14 @@ class PageFetcher:
             return self._client
 
     def fetch(self, url: str) -> str:
-        """The text of ``url`` capped at ``max_chars``, or ``""`` when it cannot be fetched."""
+        """The text of ``url`` capped at ``max_chars``, or ``""`` when it cannot be fetched.
+
+        Args:
+            url: The page.
+
+        Returns:
+            Its text, or ``""``.
+        """
         key = f"{self.max_chars}|{url}"
         if self.cache is not None:
             cached = self.cache.get("page", key)
@@ -228,6 +259,7 @@ class PageFetcher:
         return text
 
     def close(self) -> None:
+        """Close the HTTP client this fetcher opened (a client passed in stays open)."""
         with self._lock:
             if self._own_client and self._client is not None:
                 self._client.close()

@@ -75,6 +75,12 @@ def parse_tool_request(text: str) -> tuple[str, dict[str, Any], int] | None:
     Reads ``<tool_call>{"name": …, "arguments": {…}}</tool_call>`` (``"args"`` is accepted for ``"arguments"``,
     an unclosed tag too). A call after an ``<answer>`` tag does not count: the model has decided to answer. A
     call whose JSON cannot be read comes back with the name ``""`` so the model is told what was wrong.
+
+    Args:
+        text: A model reply.
+
+    Returns:
+        ``(name, arguments, end offset)``, or ``None``.
     """
     match = _CALL_RE.search(text)
     if match is None:
@@ -95,7 +101,15 @@ def parse_tool_request(text: str) -> tuple[str, dict[str, Any], int] | None:
 
 
 def describe_tool(tool: BaseTool, *, with_arguments: bool = False) -> str:
-    """``name: description`` (first paragraph), optionally followed by the arguments' JSON schema."""
+    """``name: description`` (first paragraph), optionally followed by the arguments' JSON schema.
+
+    Args:
+        tool: A LangChain tool.
+        with_arguments: Append its arguments' JSON schema (the text protocol needs it).
+
+    Returns:
+        The description line(s).
+    """
     description = " ".join((tool.description or "").strip().split("\n\n")[0].split()) or "(no description)"
     line = f"- {tool.name}: {description}"
     if with_arguments:
@@ -200,7 +214,19 @@ class ToolAgent(Agent):
         return await ask(model, list(messages), usage=usage, temperature=self.temperature, settings=self.settings)
 
     async def run_tool(self, name: str, args: Any, usage: Usage, log: list[dict[str, Any]]) -> str:
-        """Call one tool and return what the model is shown: its result, or what went wrong."""
+        """Call one tool and return what the model is shown: its result, or what went wrong.
+
+        A tool that raises, times out or is not offered never fails the run: the model reads the problem.
+
+        Args:
+            name: The tool's name, as the model wrote it.
+            args: Its arguments, as the model wrote them.
+            usage: Counts the call (``tool_calls``).
+            log: Gets one ``{tool, args, ok, error, seconds}`` entry.
+
+        Returns:
+            The observation text.
+        """
         tool = self.tools.get(name)
         if tool is None:
             listed = ", ".join(self.tools)
@@ -236,6 +262,17 @@ class ToolAgent(Agent):
         return text
 
     async def arun(self, task: str) -> AgentResult:
+        """Run the bounded tool-calling loop on the task.
+
+        Args:
+            task: The (sub-)task text.
+
+        Returns:
+            The result: reasoning, answer, usage and ``details`` (``tool_calls`` lists the calls).
+
+        Raises:
+            SubAgentError: The model failed or never wrote a parsable reply.
+        """
         usage, log = Usage(), []  # type: Usage, list[dict[str, Any]]
         tool_model = self._tools_model()
         native = tool_model is not None

@@ -46,7 +46,15 @@ DEFAULT_LIST_TIMEOUT = 30.0
 
 
 class McpServerError(MasOrchestraError, RuntimeError):
-    """An MCP server could not be started or did not list its tools; ``server`` names it."""
+    """An MCP server could not be started or did not list its tools.
+
+    Args:
+        server: The server's name in the configuration.
+        problem: What went wrong.
+
+    Attributes:
+        server: The server's name.
+    """
 
     def __init__(self, server: str, problem: str) -> None:
         super().__init__(f"MCP server {server!r}: {problem}")
@@ -54,7 +62,18 @@ class McpServerError(MasOrchestraError, RuntimeError):
 
 
 def mcp_connections(config: Mapping[str, Any] | str | Path) -> dict[str, dict[str, Any]]:
-    """The adapters' connection dicts of a ``{"mcpServers": {...}}`` configuration (dict or JSON file path)."""
+    """The adapters' connection dicts of a ``{"mcpServers": {...}}`` configuration (dict or JSON file path).
+
+    Args:
+        config: The configuration, or a JSON file holding it.
+
+    Returns:
+        Server name → connection dict (``stdio`` or ``streamable_http``/``sse``).
+
+    Raises:
+        ToolsetError: A missing or unreadable file, or a malformed configuration (no servers, an entry without
+            ``command`` or ``url``).
+    """
     if isinstance(config, (str, Path)):
         path = Path(config)
         try:
@@ -249,7 +268,19 @@ def _run_session_interceptor(name: str, connection: Mapping[str, Any]) -> Any:
 async def aload_mcp_tools(
     config: Mapping[str, Any] | str | Path, *, timeout: float = DEFAULT_LIST_TIMEOUT
 ) -> list[BaseTool]:
-    """Start each configured server, list its tools within ``timeout`` seconds, and return them all."""
+    """Start each configured server, list its tools within ``timeout`` seconds, and return them all.
+
+    Args:
+        config: A ``{"mcpServers": {name: {"command": …, "args": […]} | {"url": …}}}`` dict or JSON file path.
+        timeout: Seconds each server may take to start and list its tools.
+
+    Returns:
+        The servers' tools as LangChain tools (each call opens its own session).
+
+    Raises:
+        McpServerError: A server did not start or list its tools in time (the message names it).
+        MissingExtraError: The ``mcp`` extra is not installed.
+    """
     connections = mcp_connections(config)
     try:
         from langchain_mcp_adapters.client import MultiServerMCPClient
@@ -275,7 +306,19 @@ async def aload_mcp_tools(
 
 
 def load_mcp_tools(config: Mapping[str, Any] | str | Path, *, timeout: float = DEFAULT_LIST_TIMEOUT) -> list[BaseTool]:
-    """:func:`aload_mcp_tools` from synchronous code (inside a running event loop it uses a worker thread)."""
+    """:func:`aload_mcp_tools` from synchronous code (inside a running event loop it uses a worker thread).
+
+    Args:
+        config: A ``{"mcpServers": {name: {"command": …, "args": […]} | {"url": …}}}`` dict or JSON file path.
+        timeout: Seconds each server may take to start and list its tools.
+
+    Returns:
+        The servers' tools as LangChain tools (each call opens its own session).
+
+    Raises:
+        McpServerError: A server did not start or list its tools in time (the message names it).
+        MissingExtraError: The ``mcp`` extra is not installed.
+    """
     try:
         asyncio.get_running_loop()
     except RuntimeError:

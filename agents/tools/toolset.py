@@ -34,7 +34,17 @@ def _as_tool(item: Any) -> BaseTool:
 
 
 def as_toolset(tools: Iterable[Any] | None) -> dict[str, BaseTool]:
-    """The offered tools by name, in the order given; a bad or duplicate name raises :class:`ToolsetError`."""
+    """The offered tools by name, in the order given; a bad or duplicate name raises :class:`ToolsetError`.
+
+    Args:
+        tools: LangChain tools, MCP tools or functions.
+
+    Returns:
+        Name → tool.
+
+    Raises:
+        ToolsetError: A bad or duplicate name.
+    """
     toolset: dict[str, BaseTool] = {}
     for item in tools or ():
         tool = _as_tool(item)

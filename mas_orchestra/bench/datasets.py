@@ -24,7 +24,14 @@ IdPolicy = Literal["require", "default"]
 
 
 def scalar_text(value: Any) -> str | None:
-    """A row value as text: strings as they are, numbers written out; anything else is not an answer."""
+    """A row value as text: strings as they are, numbers written out; anything else is not an answer.
+
+    Args:
+        value: A row value.
+
+    Returns:
+        The text, or ``None`` for anything that is not a string or a finite number (booleans included).
+    """
     if isinstance(value, str):
         return value
     if isinstance(value, bool):  # bool is an int, but True is no answer to a math problem
@@ -39,6 +46,17 @@ def check_row(obj: Any, where: str, *, default_id: str | None = None) -> dict[st
 
     Other keys are kept as they are. ``default_id`` (None: the id is required) stands in for a missing or
     null ``id``. Raises :class:`DataError` prefixed with ``where``.
+
+    Args:
+        obj: The parsed row.
+        where: Where it was read (``file:line`` or ``row N``), prefixed to every error.
+        default_id: Stands in for a missing or null ``id`` (``None``: the id is required).
+
+    Returns:
+        The normalised row.
+
+    Raises:
+        DataError: A row that breaks the rules.
     """
     if not isinstance(obj, Mapping):
         raise DataError(f"{where}: a row must be a JSON object, got {type(obj).__name__}")
@@ -76,6 +94,16 @@ def jsonl_objects(path: str | os.PathLike[str], *, error: type[DataError] = Data
 
     A missing file, a line that is not JSON or a file that is not UTF-8 raises ``error`` (a :class:`DataError`
     subclass the caller names its own source by) with the place and the reason.
+
+    Args:
+        path: The JSONL file.
+        error: The :class:`DataError` subclass to raise (the caller names its own source by it).
+
+    Yields:
+        ``(where, parsed object)`` pairs.
+
+    Raises:
+        DataError: A missing file, a line that is not JSON, or a file that is not UTF-8 (as ``error``).
     """
     path = Path(path).expanduser()
     if not path.is_file():
@@ -113,13 +141,22 @@ def read_rows(
     """Read and check rows from a JSONL file (or an iterable of dicts), in order.
 
     Every row needs ``question`` (non-empty string) and ``answer`` (string, number, or a non-empty list of
-    them for multi-answer tasks; numbers are written out as strings), and ``id`` (string or integer) unless
-    ``ids="default"`` (see :data:`IdPolicy`); blank lines are skipped and other keys kept. ``unique_ids``
-    rejects a repeated id, naming where it first appeared. An empty source gives ``[]``: whether that is an
-    error is the caller's call.
+    them for multi-answer tasks; numbers are written out as strings); blank lines are skipped and other keys
+    kept. An empty source gives ``[]``: whether that is an error is the caller's call.
 
-    Raises :class:`~mas_orchestra.errors.DataError` (a ``ValueError``) naming the file and line (or ``row
-    N`` for an iterable) of the first bad row, or a missing or non-UTF-8 file.
+    Args:
+        source: A JSONL file or an iterable of dicts.
+        ids: ``"require"``: every row needs an ``id`` (string or integer); ``"default"``: a missing one becomes
+            ``<stem>-<n>`` (see :data:`IdPolicy`).
+        unique_ids: Reject a repeated id, naming where it first appeared.
+
+    Returns:
+        The rows, in order.
+
+    Raises:
+        DataError: A bad row (a ``ValueError`` naming the file and line, or ``row N`` for an iterable), or a
+            missing or non-UTF-8 file.
+        ValueError: An unknown ``ids`` policy.
     """
     if ids not in ("require", "default"):
         raise ValueError(f"ids must be 'require' or 'default', got {ids!r}")

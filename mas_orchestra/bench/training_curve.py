@@ -98,6 +98,7 @@ class WindowComparison:
         return self.last_reward - self.first_reward
 
     def describe(self) -> str:
+        """One line: first → last reward and valid-spec rate, with the steps each window covers."""
         def span(steps: tuple[int, ...]) -> str:
             return f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
 
@@ -112,8 +113,18 @@ def _checkpoint_number(path: Path) -> int:
 
 
 def find_trainer_state(run: str | os.PathLike[str]) -> Path:
-    """The ``trainer_state.json`` of ``run``: the file itself, ``<run>/trainer_state.json`` (a finished run),
-    or the one in ``run``'s newest ``checkpoint-<n>/`` (a run still going)."""
+    """The ``trainer_state.json`` of ``run``.
+
+    Args:
+        run: The file itself, a finished run's folder (``<run>/trainer_state.json``) or a run still going (the
+            one in its newest ``checkpoint-<n>/``).
+
+    Returns:
+        The file's path.
+
+    Raises:
+        TrainingCurveError: No such run, or no ``trainer_state.json`` in it.
+    """
     path = Path(run)
     if path.is_file():
         return path
@@ -192,13 +203,32 @@ def _history(run: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 
 def load_curve(run: str | os.PathLike[str]) -> list[CurvePoint]:
-    """The per-step curve of a run directory, checkpoint or ``trainer_state.json`` (see
-    :func:`find_trainer_state`)."""
+    """The per-step curve of a run directory, checkpoint or ``trainer_state.json``.
+
+    Args:
+        run: A run directory, a checkpoint or a ``trainer_state.json`` (see :func:`find_trainer_state`).
+
+    Returns:
+        One point per optimizer step, by step.
+
+    Raises:
+        TrainingCurveError: No such run, no ``trainer_state.json``, or one that cannot be read.
+    """
     return curve_from_history(_history(run))
 
 
 def load_validation(run: str | os.PathLike[str]) -> list[ValidationPoint]:
-    """The validation passes of a run directory, checkpoint or ``trainer_state.json`` ([] when it has none)."""
+    """The validation passes of a run directory, checkpoint or ``trainer_state.json``.
+
+    Args:
+        run: A run directory, a checkpoint or a ``trainer_state.json`` (see :func:`find_trainer_state`).
+
+    Returns:
+        One point per validation pass, by step (``[]`` when it has none).
+
+    Raises:
+        TrainingCurveError: No such run, no ``trainer_state.json``, or one that cannot be read.
+    """
     return validation_from_history(_history(run))
 
 
@@ -208,8 +238,21 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def compare_windows(curve: Sequence[CurvePoint], fraction: float = 0.2) -> WindowComparison:
-    """Mean reward / valid-spec rate of the first vs the last ``fraction`` of the steps (at least one step
-    each; ``round(fraction * steps)`` otherwise). With one step both windows are that step."""
+    """Mean reward / valid-spec rate of the first vs the last ``fraction`` of the steps.
+
+    Each window is ``round(fraction * steps)`` steps, at least one; with one step both windows are that step.
+
+    Args:
+        curve: The per-step curve.
+        fraction: The share of steps in each window, in (0, 0.5].
+
+    Returns:
+        The comparison.
+
+    Raises:
+        ValueError: ``fraction`` out of range.
+        TrainingCurveError: An empty curve.
+    """
     if not 0 < fraction <= 0.5:
         raise ValueError(f"fraction must be in (0, 0.5], got {fraction}")
     if not curve:
@@ -270,12 +313,28 @@ def plot_training(
     fraction: float = 0.2,
     validation: Sequence[ValidationPoint] | None = None,
 ) -> Path:
-    """Draw the reward (mean ± std over the step's rollouts), valid-spec rate and delegation share per step,
-    agents per spec and (where logged) the mean depth along edges and along ``${id}`` references on a second
-    axis, and the validation passes (Avg@k as large diamonds, at step 0 too).
-    ``run`` is a run directory / ``trainer_state.json`` (its validation entries are read from it unless
-    ``validation`` is given) or a curve; ``out_path`` defaults to ``<run>/reward_curve.png``. Returns the PNG's
-    path. Needs matplotlib (``pip install 'mas-orchestra[eval]'``)."""
+    """Draw a GRPO run's reward curve.
+
+    The reward (mean ± std over the step's rollouts), valid-spec rate and delegation share per step, agents
+    per spec and (where logged) the mean depth along edges and along ``${id}`` references on a second axis,
+    and the validation passes (Avg@k as large diamonds, at step 0 too).
+
+    Args:
+        run: A run directory / ``trainer_state.json`` (its validation entries are read from it unless
+            ``validation`` is given) or a curve.
+        out_path: The PNG (default ``<run>/reward_curve.png``).
+        title: The figure's title.
+        fraction: The share of steps compared first vs last (in the legend).
+        validation: The validation passes to draw.
+
+    Returns:
+        The PNG's path.
+
+    Raises:
+        MissingExtraError: matplotlib is missing (``pip install 'mas-orchestra[eval]'``).
+        TrainingCurveError: No such run, or one without training steps.
+        ValueError: A curve given without ``out_path``.
+    """
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure

@@ -106,6 +106,7 @@ class OutputConstraint:
         return None
 
     def json_schema(self) -> dict[str, Any]:
+        """The JSON schema an API model's structured output is constrained by."""
         raise NotImplementedError
 
 
@@ -135,6 +136,7 @@ class OrchestrationConstraint(OutputConstraint):
     limits: GrammarLimits = field(default_factory=GrammarLimits)
 
     def grammar(self, max_tokens: int | None = None, *, staged: bool = False) -> str:
+        """The orchestration grammar: one piece, or with ``staged`` the first stage fitted to ``max_tokens``."""
         if not staged:
             return orchestration_grammar(self.dom, self.registry, self.limits)
         chars = self.limits.thinking_chars
@@ -143,6 +145,7 @@ class OrchestrationConstraint(OutputConstraint):
         return thinking_grammar(chars)
 
     def next_stage(self, text: str, remaining: int | None = None) -> str | None:
+        """The grammar of the next stage after ``text`` (``None`` when the orchestration is complete)."""
         if text.endswith(EDGE_MARKER):
             return edge_grammar(text)
         if text.endswith("</thinking>"):
@@ -193,6 +196,7 @@ class OrchestrationConstraint(OutputConstraint):
                 + _markup_tokens(markup + 30) + 8)
 
     def json_schema(self) -> dict[str, Any]:
+        """Our JSON spec form as a schema (ids, kinds, parameters) for API models."""
         return orchestration_json_schema(self.dom, self.registry, self.limits)
 
 
@@ -215,13 +219,19 @@ class ReplyConstraint(OutputConstraint):
         return self.answer_chars if max_tokens is None else max(4, min(self.answer_chars, max_tokens // 4))
 
     def grammar(self, max_tokens: int | None = None, *, staged: bool = False) -> str:
+        """The reply grammar, its answer part fitted to ``max_tokens``."""
         return reply_grammar(self.thinking_chars, self._answer_chars(max_tokens))
 
     def reserve_tokens(self, max_tokens: int | None) -> int:
+        """Tokens kept back for closing the reasoning and writing the answer."""
         # Counted at one token per character, markup included: the closing fits however it is tokenized.
         return 0 if max_tokens is None else self._answer_chars(max_tokens) + len(REPLY_CLOSE) + len(REPLY_END) + 2
 
     def closing_grammar(self, text: str, remaining: int) -> str | None:
+        """The grammar that closes the reasoning and writes the answer within ``remaining`` tokens.
+
+        ``None`` when no closing is needed (already answering, or not started).
+        """
         if "</thinking>" in text or not text.startswith("<thinking>"):
             return None  # already answering (its length is bounded), or not started: nothing to cut
         # The text may end inside the closing tag ("…</thin"): continue the tag rather than restart it.
@@ -230,6 +240,7 @@ class ReplyConstraint(OutputConstraint):
         return f"root ::= {reply_closing_grammar(REPLY_CLOSE[keep:], chars)}\n"
 
     def json_schema(self) -> dict[str, Any]:
+        """The ``{thinking, answer}`` schema of a reply for API models."""
         return reply_json_schema()
 
 
@@ -363,6 +374,7 @@ class ToolTurnConstraint(ReplyConstraint):
     tools: tuple[ToolSignature, ...] = ()
 
     def grammar(self, max_tokens: int | None = None, *, staged: bool = False) -> str:
+        """The reply grammar, or a ``<tool_call>`` of one of the offered tools."""
         reply = super().grammar(max_tokens).split("::=", 1)[1].strip()
         calls = tool_call_grammar(self.tools)
         return f"root ::= ({reply})" + (f" | {calls}" if calls else "") + "\n"
@@ -376,9 +388,11 @@ class ReplyConstrainerHook:
         self.fallback = fallback
 
     def __call__(self, target: Runnable, max_tokens: int | None) -> Runnable:
+        """``target`` bound to the reply grammar (the fallback mode decodes freely where it cannot)."""
         return bind_constraint(target, ReplyConstraint(), max_tokens=max_tokens, fallback=self.fallback)
 
     def tool_turn(self, target: Runnable, tools: Sequence[Any], max_tokens: int | None) -> Runnable:
+        """``target`` bound to the tool-turn grammar for local models; API models call tools natively."""
         if structured_output_backend(target) != "local":
             return target  # API models call tools natively; their text turns stay free
         constraint = ToolTurnConstraint(tools=tuple(tool_signatures(tools)))

@@ -188,6 +188,7 @@ class ConstrainedLogitsProcessor:
         row.matcher = self._xgr.GrammarMatcher(_compile(self.compiler, grammar, self.constraint.name))
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
+        """Mask ``scores`` row by row with each row's grammar matcher (transformers' logits-processor protocol)."""
         started = time.perf_counter()
         xgr = self._xgr
         if not self._rows:

@@ -438,6 +438,13 @@ def _as_list(value: Any) -> list[Any]:
 def load_hf_chat_model(path: str | Path, **kwargs: Any) -> HFChatModel:
     """Chat model over any local Hugging Face model folder (weights load on first call).
 
+    Args:
+        path: The model folder.
+        **kwargs: :class:`HFChatModel` fields (``temperature``, ``max_new_tokens``, ...).
+
+    Returns:
+        The chat model.
+
     Raises:
         FileNotFoundError: ``path`` does not exist.
     """
@@ -450,7 +457,14 @@ def load_hf_chat_model(path: str | Path, **kwargs: Any) -> HFChatModel:
 def load_embedded_chat_model(*, cache_dir: str | Path | None = None, **kwargs: Any) -> HFChatModel:
     """Chat model over the embedded SmolLM2-135M-Instruct (converted on first use).
 
-    ``cache_dir`` is passed to :func:`embedded_model_dir`; other keyword arguments go
-    to :class:`HFChatModel` (``temperature``, ``max_new_tokens``, ...).
+    Args:
+        cache_dir: Where the converted copy lives (see :func:`embedded_model_dir`).
+        **kwargs: :class:`HFChatModel` fields (``temperature``, ``max_new_tokens``, ...).
+
+    Returns:
+        The chat model.
+
+    Raises:
+        EmbeddedModelUnavailableError: A package the embedded model needs is missing (the fix is named).
     """
     return HFChatModel(model_path=str(embedded_model_dir(cache_dir)), **kwargs)

@@ -46,7 +46,18 @@ class PrefixCacheError(MasOrchestraError, ValueError):
 
 
 def budget_bytes(env_var: str, default_mib: int) -> int:
-    """A byte budget given in MiB by ``env_var`` (``default_mib`` when unset; ``0`` turns the feature off)."""
+    """A byte budget given in MiB by ``env_var`` (``default_mib`` when unset; ``0`` turns the feature off).
+
+    Args:
+        env_var: The variable holding MiB (declared in :mod:`mas_orchestra.environment`).
+        default_mib: MiB when it is unset.
+
+    Returns:
+        Bytes.
+
+    Raises:
+        PrefixCacheError: Not a non-negative number (a ``ValueError`` naming the variable).
+    """
     return environment.mebibytes(env_var, default_mib, error=PrefixCacheError)
 
 
@@ -95,6 +106,7 @@ class PrefixCache:
         return len(self._entries)
 
     def clear(self) -> None:
+        """Drop every cached prefix."""
         with self._lock:
             self._entries.clear()
             self._bytes = 0
@@ -103,6 +115,14 @@ class PrefixCache:
         """The longest cached prefix of ``tokens`` (at most ``max_length`` tokens), or ``None``.
 
         ``identity`` must equal the cache's own: a caller holding another model's cache gets nothing.
+
+        Args:
+            identity: The caller's model identity.
+            tokens: The prompt's token ids.
+            max_length: The longest prefix to reuse.
+
+        Returns:
+            The hit, or ``None``.
         """
         if identity != self.identity or self.max_bytes <= 0:
             return None
@@ -135,6 +155,16 @@ class PrefixCache:
 
         With a :attr:`persister` (a :class:`~mas_orchestra.models.prefix_store.PrefixStore`) a kept prompt is
         also written to disk when ``persist`` and less than half of it came from the cache (``reused`` tokens).
+
+        Args:
+            identity: The caller's model identity.
+            tokens: The prompt's token ids.
+            layers: Per layer ``(keys, values)``.
+            reused: How many prompt tokens came from the cache.
+            persist: Whether the prompt may be written to the store.
+
+        Returns:
+            Whether it was kept.
         """
         if identity != self.identity or self.max_bytes <= 0 or len(tokens) < MIN_STORED_TOKENS:
             return False

@@ -50,7 +50,14 @@ _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 
 
 def weights_fingerprint(model_dir: str | Path) -> str:
-    """Name, size and modification time of every weight file in ``model_dir`` (changes when the weights do)."""
+    """Name, size and modification time of every weight file in ``model_dir`` (changes when the weights do).
+
+    Args:
+        model_dir: The model folder.
+
+    Returns:
+        ``name:size:mtime_ns`` of each weight file, ``;``-joined.
+    """
     folder = Path(model_dir)
     parts = []
     for path in sorted(folder.iterdir()) if folder.is_dir() else []:
@@ -76,10 +83,18 @@ class PrefixStore:
 
     @property
     def enabled(self) -> bool:
+        """Whether the store is on (its byte budget is above 0)."""
         return self.max_bytes > 0
 
     def load_into(self, cache: Any) -> int:
-        """Put every readable stored prefix into ``cache`` (a PrefixCache); returns how many were loaded."""
+        """Put every readable stored prefix into ``cache`` (a PrefixCache); returns how many were loaded.
+
+        Args:
+            cache: The in-memory prefix cache.
+
+        Returns:
+            How many prefixes were loaded.
+        """
         if not self.enabled or not self.folder.is_dir():
             return 0
         from safetensors.torch import load_file
@@ -102,7 +117,15 @@ class PrefixStore:
         return loaded
 
     def save(self, tokens: Any, layers: list[tuple[Any, Any]]) -> Path | None:
-        """Write one prompt's key/values (atomically), then evict beyond the budget; returns the file."""
+        """Write one prompt's key/values (atomically), then evict beyond the budget; returns the file.
+
+        Args:
+            tokens: The prompt's token ids.
+            layers: Per layer ``(keys, values)``.
+
+        Returns:
+            The file written, or ``None`` when nothing was.
+        """
         if not self.enabled or len(tokens) < MIN_PERSISTED_TOKENS:
             return None
         from safetensors.torch import save_file

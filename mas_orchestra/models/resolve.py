@@ -60,7 +60,14 @@ _TRANSIENT_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Time-outs, connection errors, rate limits and 5xx answers are transient; the rest are not."""
+    """Time-outs, connection errors, rate limits and 5xx answers are transient; the rest are not.
+
+    Args:
+        exc: The error a model call raised.
+
+    Returns:
+        Whether retrying may help.
+    """
     if isinstance(exc, (TransientModelError, TimeoutError, asyncio.TimeoutError, ConnectionError)):
         return True
     status = getattr(exc, "status_code", None)
@@ -81,7 +88,16 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def with_transient_retry(model: Runnable, max_retries: int, *, initial_delay: float = 1.0) -> Runnable:
-    """Wrap ``model`` in LangChain's ``with_retry``: exponential backoff with jitter, transient only."""
+    """Wrap ``model`` in LangChain's ``with_retry``: exponential backoff with jitter, transient only.
+
+    Args:
+        model: The Runnable.
+        max_retries: Retries after the first attempt (``0``: ``model`` unchanged).
+        initial_delay: Seconds before the first retry.
+
+    Returns:
+        The wrapped Runnable.
+    """
     if max_retries <= 0:
         return model
     return model.with_retry(
@@ -104,8 +120,22 @@ def resolve_model(
 ) -> Runnable:
     """Turn a model string (see module docstring) into a chat model; Runnables pass through.
 
-    For API models, ``timeout`` bounds each HTTP request and ``requests_per_second`` installs
-    LangChain's ``InMemoryRateLimiter`` (token bucket shared by every call of that model).
+    Args:
+        spec: A model string (``embedded``, ``hf:<path>``, ``<provider>:<model>``, ``vllm:<model>@<url>``,
+            ``python:<module>:<attr>``, ``scripted:<answer>``) or a Runnable.
+        timeout: For API models: seconds each HTTP request may take.
+        requests_per_second: For API models: installs LangChain's ``InMemoryRateLimiter`` (a token bucket
+            shared by every call of that model).
+        **kwargs: Passed to the chat model's constructor.
+
+    Returns:
+        The chat model (``spec`` itself when it is already a Runnable).
+
+    Raises:
+        UnknownModelError: A string naming no provider or form we know (the closest valid one suggested).
+        MissingExtraError: The provider's integration package is not installed (the message has the command).
+        MissingCredentialsError: The provider's API key variable is not set.
+        ValueError: ``requests_per_second`` is not positive.
     """
     if isinstance(spec, Runnable):
         return spec

@@ -56,7 +56,14 @@ def default_torch_threads() -> int:
 @contextlib.contextmanager
 def torch_threads(n: int | None) -> Iterator[None]:
     """Use ``n`` torch intra-op threads inside the block, then restore the previous count (``None``/``0``: leave
-    torch alone)."""
+    torch alone).
+
+    Args:
+        n: Threads (``None`` or ``0``: leave torch alone).
+
+    Yields:
+        Nothing; the thread count is restored on exit.
+    """
     if not n:
         yield
         return

@@ -63,14 +63,25 @@ def _synchronous_pragma(synchronous: str) -> str:
 
 
 def checkpoint_serde() -> Any:
-    """LangGraph's ``JsonPlusSerializer`` allowing exactly LangGraph's safe types plus :data:`CHECKPOINT_TYPES`."""
+    """LangGraph's ``JsonPlusSerializer`` allowing exactly LangGraph's safe types plus :data:`CHECKPOINT_TYPES`.
+
+    Resuming then logs no "unregistered type" warning, refuses any other custom type, and works under
+    ``LANGGRAPH_STRICT_MSGPACK=true``.
+
+    Returns:
+        The serializer, for any LangGraph saver's ``serde=``.
+    """
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
     return JsonPlusSerializer(allowed_msgpack_modules=CHECKPOINT_TYPES)
 
 
 def memory_checkpointer() -> Any:
-    """An ``InMemorySaver`` with :func:`checkpoint_serde` (threads live as long as the object)."""
+    """An ``InMemorySaver`` with :func:`checkpoint_serde` (threads live as long as the object).
+
+    Returns:
+        The saver.
+    """
     from langgraph.checkpoint.memory import InMemorySaver
 
     return InMemorySaver(serde=checkpoint_serde())
@@ -86,7 +97,15 @@ def _fix_for(problem: str) -> str:
 
 
 def as_checkpoint_error(path: str | Path, exc: BaseException) -> CheckpointError:
-    """Turn a ``sqlite3`` error raised while using the store at ``path`` into a :class:`CheckpointError`."""
+    """Turn a ``sqlite3`` error raised while using the store at ``path`` into a :class:`CheckpointError`.
+
+    Args:
+        path: The SQLite file.
+        exc: The error ``sqlite3`` raised.
+
+    Returns:
+        The error naming the file, the problem and the fix (its cause is ``exc``).
+    """
     problem = str(exc) or type(exc).__name__
     if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError):
         problem = f"corrupt or not a SQLite database ({problem})"
@@ -99,8 +118,17 @@ def check_sqlite_file(path: str | Path, *, lock_timeout: float | None = None) ->
     """Check that ``path`` can hold checkpoints: raise :class:`CheckpointError` naming it if not.
 
     A missing file is fine (it will be created). An existing one must be a readable SQLite database that
-    no other process holds a write lock on for ``lock_timeout`` seconds (default
-    :data:`DEFAULT_LOCK_TIMEOUT_S`). Nothing is written.
+    no other process holds a write lock on for ``lock_timeout`` seconds. Nothing is written.
+
+    Args:
+        path: The SQLite file.
+        lock_timeout: Seconds to wait for another writer's lock (default :data:`DEFAULT_LOCK_TIMEOUT_S`).
+
+    Returns:
+        ``path`` as a ``Path``.
+
+    Raises:
+        CheckpointError: A directory, a missing folder, a corrupt or non-SQLite file, or a locked one.
     """
     lock_timeout = DEFAULT_LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
     target = Path(path)
@@ -140,7 +168,20 @@ def open_sqlite_checkpointer(
 ) -> Iterator[Any]:
     """A synchronous ``SqliteSaver`` on ``path`` (for ``graph.invoke`` / ``graph.get_state``), closed on exit.
 
-    ``synchronous``: SQLite's setting, see :data:`DEFAULT_SYNCHRONOUS`.
+    Args:
+        path: The SQLite file (created when missing; an existing one is never recreated or truncated).
+        lock_timeout: Seconds to wait for another writer's lock (default :data:`DEFAULT_LOCK_TIMEOUT_S`).
+        synchronous: SQLite's ``synchronous`` setting, ``NORMAL`` (default: a committed checkpoint survives a
+            process crash) or ``FULL`` (also a power cut, at about twice the per-node cost); see
+            :data:`DEFAULT_SYNCHRONOUS`.
+
+    Yields:
+        The saver, with :func:`checkpoint_serde` as its serializer.
+
+    Raises:
+        CheckpointError: The file is a directory, corrupt, not SQLite, or locked by another writer.
+        MissingExtraError: The ``checkpoint`` extra is not installed.
+        ValueError: An unknown ``synchronous`` mode.
     """
     lock_timeout = DEFAULT_LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
     pragma = _synchronous_pragma(synchronous)
@@ -167,7 +208,20 @@ async def open_async_sqlite_checkpointer(
 ) -> AsyncIterator[Any]:
     """An ``AsyncSqliteSaver`` on ``path`` bound to the running event loop, closed on exit.
 
-    ``synchronous``: SQLite's setting, see :data:`DEFAULT_SYNCHRONOUS`.
+    Args:
+        path: The SQLite file (created when missing; an existing one is never recreated or truncated).
+        lock_timeout: Seconds to wait for another writer's lock (default :data:`DEFAULT_LOCK_TIMEOUT_S`).
+        synchronous: SQLite's ``synchronous`` setting, ``NORMAL`` (default: a committed checkpoint survives a
+            process crash) or ``FULL`` (also a power cut, at about twice the per-node cost); see
+            :data:`DEFAULT_SYNCHRONOUS`.
+
+    Yields:
+        The saver, with :func:`checkpoint_serde` as its serializer.
+
+    Raises:
+        CheckpointError: The file is a directory, corrupt, not SQLite, or locked by another writer.
+        MissingExtraError: The ``checkpoint`` extra is not installed.
+        ValueError: An unknown ``synchronous`` mode.
     """
     lock_timeout = DEFAULT_LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
     pragma = _synchronous_pragma(synchronous)

@@ -47,7 +47,15 @@ def _usage_table(outcome: Any) -> str:
 
 
 def format_outcome(outcome: Any, *, show_orchestration: bool = True) -> str:
-    """Human-readable report of an Outcome."""
+    """Human-readable report of an Outcome.
+
+    Args:
+        outcome: The run's outcome.
+        show_orchestration: Include the orchestrator's raw text.
+
+    Returns:
+        The report text.
+    """
     parts = []
     if show_orchestration:
         parts.append("== orchestration ==\n" + (outcome.orchestration.strip() or "(empty)"))

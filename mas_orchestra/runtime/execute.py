@@ -24,7 +24,16 @@ log = logging.getLogger(__name__)
 
 
 async def stream_graph(graph: Any, run: RunRecord, config: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-    """Run a compiled graph, recording results as nodes finish and yielding node events."""
+    """Run a compiled graph, recording results as nodes finish and yielding node events.
+
+    Args:
+        graph: The compiled spec graph.
+        run: Records node results as they finish.
+        config: The LangGraph run config.
+
+    Yields:
+        ``node_start`` / ``node_end`` events.
+    """
     async for mode, chunk in graph.astream(
         {"question": run.question}, config=config, stream_mode=["tasks", "updates"]
     ):
@@ -51,10 +60,29 @@ async def execute_spec(
 ) -> Outcome:
     """Compile and run an already parsed spec; the outcome statuses are those of :class:`Orchestra`.
 
-    ``settings``: the run's bounds and retries (:class:`~mas_orchestra.settings.RunSettings`, default its
-    defaults); the keywords ``timeout``, ``max_retries``, ``max_concurrency``, ``call_timeout`` and
-    ``retry_initial_delay`` are still accepted and, when given, override the matching field. ``constrained``
-    decodes the sub-agents' replies under the reply grammar (see :class:`Orchestra`).
+    Args:
+        spec: The validated spec.
+        question: The task.
+        model: The sub-agent model (a chat model or a model string).
+        search: The search backend for search nodes.
+        registry: The registry the spec was parsed with (default: the default registry).
+        settings: The run's bounds and retries (:class:`~mas_orchestra.settings.RunSettings`, default its
+            defaults).
+        timeout: Seconds for the whole run; overrides ``settings``.
+        max_retries: Retries of transient model errors; overrides ``settings``.
+        max_concurrency: Model calls in flight; overrides ``settings``.
+        call_timeout: Seconds for one sub-agent call; overrides ``settings``.
+        retry_initial_delay: Seconds before the first retry; overrides ``settings``.
+        orchestration: The text the spec was read from, kept in the outcome.
+        callbacks: LangChain callbacks added to every model call.
+        constrained: Decode the sub-agents' replies under the reply grammar (see :class:`Orchestra`).
+
+    Returns:
+        The outcome; a failing node or a time-out is its status, not an exception.
+
+    Raises:
+        ConstrainedDecodingError: ``constrained=True`` and the model cannot decode under a grammar.
+        TypeError: ``settings`` is not a ``RunSettings``.
     """
     settings = RunSettings.of(
         settings, timeout=timeout, max_retries=max_retries, max_concurrency=max_concurrency,
@@ -69,7 +97,16 @@ async def execute_spec(
 
 
 async def drain(events: AsyncIterator[dict[str, Any]], run: RunRecord, timeout: float | None) -> Outcome:
-    """The outcome event of ``events``, run to the end within ``timeout`` seconds."""
+    """The outcome event of ``events``, run to the end within ``timeout`` seconds.
+
+    Args:
+        events: The run's events.
+        run: The run being recorded.
+        timeout: Seconds the run may take (``None``: no bound).
+
+    Returns:
+        The outcome (``timeout`` when the deadline passed).
+    """
     last: Outcome | None = None
     async for event in with_deadline(events, run, timeout):
         if event["type"] == "outcome":
@@ -81,7 +118,16 @@ async def drain(events: AsyncIterator[dict[str, Any]], run: RunRecord, timeout: 
 async def with_deadline(
     events: AsyncIterator[dict[str, Any]], run: RunRecord, timeout: float | None
 ) -> AsyncIterator[dict[str, Any]]:
-    """``events`` until ``timeout`` seconds have passed; then a ``timeout`` outcome naming the finished nodes."""
+    """``events`` until ``timeout`` seconds have passed; then a ``timeout`` outcome naming the finished nodes.
+
+    Args:
+        events: The run's events.
+        run: The run being recorded (what finished goes into the ``timeout`` outcome).
+        timeout: Seconds the run may take (``None``: no bound).
+
+    Yields:
+        The events, then a ``timeout`` outcome if the deadline passed first.
+    """
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     iterator = events.__aiter__()
@@ -124,7 +170,21 @@ async def execute_events(
     constrain_reply: ReplyConstrainer | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
     """Compile ``run.spec`` with ``settings`` and run it, recording results in ``run``; the last event is the
-    outcome (a compile error is one too). The run's deadline is the caller's (see :func:`with_deadline`)."""
+    outcome (a compile error is one too). The run's deadline is the caller's (see :func:`with_deadline`).
+
+    Args:
+        run: The run, with its spec.
+        model: The sub-agent model.
+        search: The search backend.
+        registry: The registry the spec was parsed with.
+        settings: The run's bounds and retries.
+        callbacks: LangChain callbacks for every model call.
+        parent: The parent callback manager (the run's trace).
+        constrain_reply: Binds the reply grammar to each model.
+
+    Yields:
+        ``node_start`` / ``node_end`` events, then the outcome.
+    """
     assert run.spec is not None
     try:
         graph = compile_spec(

@@ -52,45 +52,72 @@ DEFAULT_CONSTRAINED_MAX_TOKENS = 512
 class Orchestra:
     """Ask an orchestrator model for a multi-agent system, compile it and run it on sub-agent models.
 
-    ``orchestrator`` / ``subagent``: a ``BaseChatModel`` (any Runnable over messages) or a model
-    string (``embedded``, ``openai:gpt-4o-mini``, ``vllm:<model>@<url>``, ``hf:<path>``,
-    ``python:module:attr``…). ``dom``: ``high`` (any DAG) or ``low`` (answer directly or delegate to
-    one agent). ``search``: a search backend for WebSearchAgent nodes (without one, the orchestrator
-    is not offered that agent). ``settings``: the bounds and retries of every run, a
-    :class:`~mas_orchestra.settings.RunSettings` passed whole (default: its defaults); the keywords
-    ``timeout`` (a whole run, seconds), ``call_timeout`` (one sub-agent call), ``max_retries`` (transient
-    model errors, retried with exponential backoff and jitter from ``retry_initial_delay``) and
-    ``max_concurrency`` (model calls in flight) are still accepted and, when given, override the matching
-    field; the result is ``self.settings``. ``requests_per_second`` rate-limits API models given as strings
-    (LangChain's ``InMemoryRateLimiter``). ``agents`` restricts the agent kinds offered (names or aliases).
+    Model arguments take a ``BaseChatModel`` (any Runnable over messages) or a model string (``embedded``,
+    ``openai:gpt-4o-mini``, ``vllm:<model>@<url>``, ``hf:<path>``, ``python:module:attr``…). The keywords
+    ``timeout``, ``call_timeout``, ``max_retries``, ``retry_initial_delay`` and ``max_concurrency`` are still
+    accepted next to ``settings`` and, when given, override the matching field; the result is ``self.settings``.
 
-    ``constrained``: decode the orchestration and the sub-agent replies under grammars generated from the
-    registry, so that the orchestration always parses and validates and replies always parse
-    (:mod:`mas_orchestra.models.constraints`). ``None`` (default): on for local models (embedded, hf:), off for
-    others; ``True``: on, and a backend that cannot do it raises :class:`ConstrainedDecodingError` here;
-    ``False``: off; ``"auto"``: on where the backend can, off with a logged warning elsewhere.
-    ``grammar_limits`` bounds what a constrained orchestration may contain (agents, text lengths).
+    With a ``checkpointer``, runs live on threads (``arun(question, thread_id=...)``): the orchestration, the
+    approval and every node result are checkpointed, and running the same thread again resumes it without
+    calling the orchestrator or any finished node again (a finished thread returns its stored outcome).
 
-    ``prompt``: the orchestrator's prompt template, a folder of message files (see
-    :mod:`mas_orchestra.prompt_templates`; e.g. one written by ``scripts/convert_original_prompts.py`` to run a
-    released checkpoint on the prompts it was trained on); ``None`` is ours. ``strict``: any leniency the
-    parser would apply to the orchestration (``spec.warnings``) makes it ``invalid_spec`` instead.
+    Args:
+        orchestrator: The model that writes the orchestration (default ``embedded``).
+        subagent: The model the sub-agents call, or a pool ``{"fast": model, "strong": model}``: with more than
+            one model, every agent gets a ``model`` parameter naming one (default the first, or
+            ``subagent_defaults[kind]``).
+        dom: ``high`` (any DAG) or ``low`` (answer directly or delegate to one agent).
+        search: A search backend for WebSearchAgent nodes; without one, the orchestrator is not offered that
+            agent.
+        settings: The bounds and retries of every run, a :class:`~mas_orchestra.settings.RunSettings` passed
+            whole (default: its defaults).
+        max_retries: Retries of transient model errors (exponential backoff and jitter); overrides ``settings``.
+        timeout: Seconds for a whole run; overrides ``settings``.
+        call_timeout: Seconds for one sub-agent call; overrides ``settings``.
+        max_concurrency: Model calls in flight; overrides ``settings``.
+        agents: Restricts the agent kinds offered to the orchestrator (names or aliases).
+        registry: The agent registry (default: the built-in kinds and any registered ones).
+        checkpointer: Any LangGraph checkpointer, a path to a SQLite file (opened for each run; needs the
+            ``checkpoint`` extra) or a ``postgresql://`` URL (opened for each run, shared by any number of worker
+            processes; needs the ``postgres`` extra; see :mod:`mas_orchestra.runtime.postgres`).
+        interrupt_before_execute: Pause each run after orchestration (status ``interrupted``, the spec in
+            ``Outcome.interrupt``) until ``arun(question, thread_id=..., resume=...)`` approves, edits or
+            rejects it. Needs a ``checkpointer``.
+        orchestrator_temperature: Sampling temperature of the orchestrator call (default: the model's).
+        orchestrator_max_tokens: New tokens of the orchestrator call (512 when constrained, else the model's).
+        retry_initial_delay: Seconds before the first retry; overrides ``settings``.
+        requests_per_second: Rate limit of API models given as strings (LangChain's ``InMemoryRateLimiter``).
+        constrained: Decode the orchestration and the sub-agent replies under grammars generated from the
+            registry, so that the orchestration always parses and validates and replies always parse
+            (:mod:`mas_orchestra.models.constraints`). ``None`` (default): on for local models (embedded, hf:),
+            off for others; ``True``: on; ``False``: off; ``"auto"``: on where the backend can, off with a
+            logged warning elsewhere.
+        grammar_limits: Bounds what a constrained orchestration may contain (agents, text lengths).
+        prompt: The orchestrator's prompt template, a folder of message files (see
+            :mod:`mas_orchestra.prompt_templates`; e.g. one written by ``scripts/convert_original_prompts.py`` to
+            run a released checkpoint on the prompts it was trained on); ``None`` is ours.
+        strict: Any leniency the parser would apply to the orchestration (``spec.warnings``) makes it
+            ``invalid_spec`` instead.
+        tools: LangChain tools (``@tool`` functions) offered through the ``ToolAgent`` kind: the prompt lists
+            them, the orchestrator picks which tools each tool agent gets.
+        mcp: MCP servers whose tools are offered the same way: a ``{"mcpServers": {...}}`` dict or JSON file;
+            each server is started and its tools listed here.
+        subagent_defaults: The pool model each agent kind uses by default, e.g. ``{"debate": "strong"}``.
 
-    ``tools`` (LangChain tools, ``@tool`` functions) and ``mcp`` (a ``{"mcpServers": {...}}`` dict or JSON file;
-    each server is started and its tools listed here) are offered through the ``ToolAgent`` kind: the prompt
-    lists them, the orchestrator picks which tools each tool agent gets. ``subagent`` may be a pool
-    ``{"fast": model, "strong": model}``: with more than one model, every agent gets a ``model`` parameter
-    naming one (default the first, or ``subagent_defaults[kind]``: e.g. ``{"debate": "strong"}``).
+    Raises:
+        ConstrainedDecodingError: ``constrained=True`` and a backend cannot decode under a grammar.
+        GrammarError: A registered kind has a parameter the grammar cannot express.
+        PromptTemplateError: ``prompt`` is not a usable template folder.
+        PoolError: ``subagent_defaults`` without a pool, or naming an unknown pool model.
+        McpServerError: An MCP server does not start or does not list its tools in time.
+        ValueError: ``interrupt_before_execute`` without a checkpointer, or an invalid ``dom`` or setting.
 
-    ``checkpointer``: any LangGraph checkpointer, a path to a SQLite file (opened for each run; needs the
-    ``checkpoint`` extra) or a ``postgresql://`` URL (opened for each run, shared by any number of worker
-    processes; needs the ``postgres`` extra; see :mod:`mas_orchestra.runtime.postgres`).
-    Runs then live on threads (``arun(question, thread_id=...)``): the orchestration,
-    the approval and every node result are checkpointed, and running the same thread again resumes it
-    without calling the orchestrator or any finished node again (a finished thread returns its stored
-    outcome). ``interrupt_before_execute`` pauses each run after orchestration (status ``interrupted``,
-    the spec in ``Outcome.interrupt``) until ``arun(question, thread_id=..., resume=...)`` approves, edits
-    or rejects it.
+    Example:
+        ```python
+        orch = Orchestra(orchestrator="openai:gpt-4o-mini", subagent="openai:gpt-4o-mini", timeout=300)
+        outcome = orch.run("How many r's are in strawberry?")
+        print(outcome.status.value, outcome.answer, outcome.usage.cost_usd)
+        ```
     """
 
     def __init__(
@@ -182,18 +209,43 @@ class Orchestra:
     # -- public API ---------------------------------------------------------------------------
 
     def prompt(self, question: str) -> str:
-        """The orchestrator prompt for ``question`` as one text (see :meth:`messages`)."""
+        """The orchestrator prompt for ``question`` as one text (see :meth:`messages`).
+
+        Args:
+            question: The task.
+
+        Returns:
+            The messages' contents joined by blank lines.
+        """
         return "\n\n".join(m["content"] for m in self.messages(question))
 
     def messages(self, question: str) -> list[dict[str, str]]:
-        """The orchestrator's chat messages for ``question`` (from this Orchestra's prompt template)."""
+        """The orchestrator's chat messages for ``question`` (from this Orchestra's prompt template).
+
+        Args:
+            question: The task.
+
+        Returns:
+            ``{"role": "system" | "user", "content": ...}`` dicts, in order.
+        """
         return orchestrator_messages(
             question, self.dom, registry=self.registry, prompt=self.prompt_template,
             model=model_name_of(self.subagent),
         )
 
     async def aorchestrate(self, question: str, *, callbacks: Any = None) -> str:
-        """Only the orchestrator call: the raw orchestration text."""
+        """Only the orchestrator call: the raw orchestration text.
+
+        Args:
+            question: The task.
+            callbacks: LangChain callbacks (or a callback manager) for the call.
+
+        Returns:
+            The orchestrator's reply text, unparsed.
+
+        Raises:
+            TypeError: ``question`` is not a string.
+        """
         check_question(question)
         model = with_transient_retry(
             self._orchestrator_call, self.settings.max_retries, initial_delay=self.settings.retry_initial_delay
@@ -207,10 +259,31 @@ class Orchestra:
         return message_text(reply)
 
     async def aplan(self, question: str) -> GraphSpec:
-        """Orchestrate and parse: the spec the orchestrator wrote (raises SpecError if invalid)."""
+        """Orchestrate and parse: the spec the orchestrator wrote.
+
+        Args:
+            question: The task.
+
+        Returns:
+            The validated spec.
+
+        Raises:
+            SpecError: The orchestration is not a valid spec (every problem listed).
+        """
         return self.parse(await self.aorchestrate(question))
 
     def plan(self, question: str) -> GraphSpec:
+        """Synchronous :meth:`aplan` (not from inside a running event loop).
+
+        Args:
+            question: The task.
+
+        Returns:
+            The validated spec.
+
+        Raises:
+            SpecError: The orchestration is not a valid spec (every problem listed).
+        """
         return run_sync(self.aplan(question))
 
     async def arun(
@@ -219,7 +292,21 @@ class Orchestra:
     ) -> Outcome:
         """Orchestrate, compile and run; always returns an :class:`Outcome`.
 
-        With a checkpointer, ``thread_id`` / ``resume`` / ``fork_from`` are those of :meth:`astream`.
+        A bad orchestration, a failing sub-agent or a time-out is the outcome's status, not an exception.
+
+        Args:
+            question: The task.
+            callbacks: LangChain callbacks added to every model call of the run.
+            thread_id: With a checkpointer: the thread to start or resume (see :meth:`astream`).
+            resume: With a checkpointer: the answer to an approval interrupt (see :meth:`astream`).
+            fork_from: With a checkpointer: a thread whose orchestration this one starts from.
+
+        Returns:
+            The outcome: status, answer, node results, usage.
+
+        Raises:
+            ThreadMismatchError: Resuming a thread with another question or model set.
+            CheckpointError: The checkpoint store cannot be used.
         """
         outcome: Outcome | None = None
         async for event in self.astream(
@@ -234,7 +321,22 @@ class Orchestra:
         self, question: str, *, callbacks: list[Any] | None = None, thread_id: str | None = None,
         resume: Any = NO_RESUME, fork_from: str | None = None,
     ) -> Outcome:
-        """Synchronous :meth:`arun` (not from inside a running event loop)."""
+        """Synchronous :meth:`arun` (not from inside a running event loop).
+
+        Args:
+            question: The task.
+            callbacks: LangChain callbacks added to every model call of the run.
+            thread_id: With a checkpointer: the thread to start or resume.
+            resume: With a checkpointer: the answer to an approval interrupt.
+            fork_from: With a checkpointer: a thread whose orchestration this one starts from.
+
+        Returns:
+            The outcome: status, answer, node results, usage.
+
+        Raises:
+            ThreadMismatchError: Resuming a thread with another question or model set.
+            CheckpointError: The checkpoint store cannot be used.
+        """
         return run_sync(
             self.arun(question, callbacks=callbacks, thread_id=thread_id, resume=resume, fork_from=fork_from)
         )
@@ -245,13 +347,23 @@ class Orchestra:
     ) -> AsyncIterator[dict[str, Any]]:
         """Yield events: ``orchestration`` (text), ``spec``, ``node_start``/``node_end``, ``outcome``.
 
-        With a checkpointer the run lives on thread ``thread_id`` (a new id when None, in
-        ``Outcome.thread_id``); an existing thread is resumed (see :class:`Orchestra`). ``resume`` answers an
-        approval interrupt (``"approve"``, ``"reject"``, an edited spec; see
-        :func:`mas_orchestra.runtime.pipeline.review_decision`). ``fork_from`` starts ``thread_id`` from another
-        thread's orchestration, so its nodes run again with this Orchestra's models.
-        Resuming with another question or model set raises :class:`ThreadMismatchError`; a checkpoint
-        store that cannot be used raises :class:`CheckpointError`.
+        Args:
+            question: The task.
+            callbacks: LangChain callbacks added to every model call of the run.
+            thread_id: With a checkpointer, the run lives on this thread (a new id when None, in
+                ``Outcome.thread_id``); an existing thread is resumed (see :class:`Orchestra`).
+            resume: Answers an approval interrupt (``"approve"``, ``"reject"``, an edited spec; see
+                :func:`mas_orchestra.runtime.pipeline.review_decision`).
+            fork_from: Starts ``thread_id`` from another thread's orchestration, so its nodes run again with
+                this Orchestra's models.
+
+        Yields:
+            Dicts with a ``type`` key; the last one is ``{"type": "outcome", "outcome": Outcome}``.
+
+        Raises:
+            ValueError: ``thread_id``, ``resume`` or ``fork_from`` without a checkpointer.
+            ThreadMismatchError: Resuming with another question or model set.
+            CheckpointError: The checkpoint store cannot be used.
         """
         check_question(question)
         durable = self.checkpointer is not None
@@ -283,7 +395,17 @@ class Orchestra:
                 await root.on_chain_error(asyncio.CancelledError("stream closed before the run ended"))
 
     def parse(self, text: str) -> GraphSpec:
-        """Parse and validate orchestration text the way this Orchestra does (its DoM, registry, strictness)."""
+        """Parse and validate orchestration text the way this Orchestra does (its DoM, registry, strictness).
+
+        Args:
+            text: Orchestration text (or our JSON form).
+
+        Returns:
+            The validated spec.
+
+        Raises:
+            SpecError: The text is not a valid spec (every problem listed).
+        """
         return parse_orchestration(text, dom=self.dom, registry=self.registry, strict=self.strict)
 
     # -- internals ----------------------------------------------------------------------------
@@ -318,11 +440,30 @@ class Orchestra:
 
 
 def check_question(question: Any) -> None:
+    """Refuse a question that is not text before anything runs.
+
+    Args:
+        question: What the caller passed as the task.
+
+    Raises:
+        TypeError: ``question`` is not a ``str``.
+    """
     if not isinstance(question, str):
         raise TypeError(f"question must be a str, got {type(question).__name__}")
 
 
 def run_sync(coro: Any) -> Any:
+    """Run a coroutine to completion from synchronous code (the sync wrappers of the async API).
+
+    Args:
+        coro: The coroutine; it is closed unrun when refused.
+
+    Returns:
+        The coroutine's result.
+
+    Raises:
+        RuntimeError: Called inside a running event loop (use the ``a``-prefixed method there).
+    """
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -22,7 +22,22 @@ __all__ = ["Outcome", "RunRecord", "Status", "node_events", "whole_response_answ
 
 
 class Outcome(BaseModel):
-    """Everything about one run."""
+    """Everything about one run. No status is an exception: a run always ends in an ``Outcome``.
+
+    Attributes:
+        status: How the run ended.
+        question: The task.
+        answer: The sink's answer (``None`` unless the graph ran to its end).
+        spec: The spec the orchestrator wrote, when it parsed.
+        orchestration: The orchestrator's raw text.
+        node_results: Each finished node's result, by node id (restored ones included).
+        finished_nodes: The ids of the nodes that finished (on a time-out: those that had).
+        error: The message, for every status but ``ok``.
+        failed_node: The node that failed, when one did.
+        usage: Model calls, tokens, cost and wall time of this invocation.
+        thread_id: The checkpointed thread this run lives on (``None`` without a checkpointer).
+        interrupt: What the approval interrupt shows, when the status is ``interrupted``.
+    """
 
     status: Status
     question: str
@@ -46,12 +61,15 @@ class Outcome(BaseModel):
 
     @property
     def ok(self) -> bool:
+        """The status is ``ok``."""
         return self.status is Status.OK
 
     @property
     def spec_warnings(self) -> dict[str, int]:
-        """How many leniencies of each kind reading the orchestration needed (``{}`` for a clean text or no
-        spec); see :class:`~mas_orchestra.spec.SpecWarning`."""
+        """How many leniencies of each kind reading the orchestration needed.
+
+        ``{}`` for a clean text or no spec; see :class:`~mas_orchestra.spec.SpecWarning`.
+        """
         return count_warnings(self.spec.warnings) if self.spec is not None else {}
 
     @property
@@ -67,7 +85,16 @@ def whole_response_answer(status: Status | str, error: str | None, orchestration
     direct answer, the whole response being the answer (so a ``\\boxed{}`` in it can still score).
 
     Returns the text to grade for such a run, ``None`` for any other (off by default in eval and training:
-    ``whole_response_fallback=True`` turns it on)."""
+    ``whole_response_fallback=True`` turns it on).
+
+    Args:
+        status: The run's status.
+        error: The run's error message.
+        orchestration: The orchestrator's whole reply.
+
+    Returns:
+        The text to grade, or ``None``.
+    """
     invalid = status in (Status.INVALID_SPEC, Status.INVALID_SPEC.value)
     if invalid and error and error.startswith(NO_ORCHESTRATION) and orchestration.strip():
         return orchestration
@@ -89,6 +116,16 @@ class RunRecord:
         self.interrupt: dict[str, Any] | None = None
 
     def outcome(self, status: Status, *, error: str | None = None, failed_node: str | None = None) -> Outcome:
+        """The run's :class:`Outcome` with ``status``: answer, spec, node results and usage so far.
+
+        Args:
+            status: How the run ended.
+            error: The message, for every status but ``ok``.
+            failed_node: The node that failed, when one did.
+
+        Returns:
+            The outcome.
+        """
         return Outcome(
             status=status,
             question=self.question,
@@ -109,7 +146,16 @@ class RunRecord:
 
 def node_events(run: RunRecord, mode: str, chunk: Any) -> list[dict[str, Any]]:
     """The node events of one ``tasks``/``updates`` stream chunk of a compiled spec graph; records finished
-    nodes' results (and the final answer) in ``run``."""
+    nodes' results (and the final answer) in ``run``.
+
+    Args:
+        run: The run being recorded.
+        mode: The stream mode of the chunk (``tasks`` or ``updates``).
+        chunk: The chunk.
+
+    Returns:
+        ``node_start`` / ``node_end`` events.
+    """
     if mode == "tasks":
         started = "result" not in chunk and "error" not in chunk
         return [{"type": "node_start", "node": chunk["name"]}] if started else []

@@ -67,11 +67,18 @@ def setup_of(orchestra: PipelineRunner) -> dict[str, str]:
 def review_decision(value: Any, orchestra: PipelineRunner) -> tuple[str, GraphSpec | None, str]:
     """Read a resume value given at the approval interrupt.
 
-    Returns ``(decision, spec, reason)`` with decision ``approve`` (run the spec shown), ``edit`` (run
-    ``spec``) or ``reject`` (stop; ``reason`` says why). Accepted values: ``None``/``True``/``"approve"`` or
-    ``{"action": "approve"}``; ``False``/``"reject"`` or ``{"action": "reject", "reason": …}``; an edited spec
-    as a dict (our JSON schema), JSON text, orchestration text, a ``GraphSpec``, or ``{"spec": any of those}``.
-    Raises :class:`SpecError` for an invalid edited spec or a value that is none of these.
+    Args:
+        value: ``None``/``True``/``"approve"`` or ``{"action": "approve"}``; ``False``/``"reject"`` or
+            ``{"action": "reject", "reason": …}``; an edited spec as a dict (our JSON schema), JSON text,
+            orchestration text, a ``GraphSpec``, or ``{"spec": any of those}``.
+        orchestra: The Orchestra whose DoM, registry and strictness read an edited spec.
+
+    Returns:
+        ``(decision, spec, reason)`` with decision ``approve`` (run the spec shown), ``edit`` (run ``spec``)
+        or ``reject`` (stop; ``reason`` says why).
+
+    Raises:
+        SpecError: An invalid edited spec, or a value that is none of these.
     """
     if value is None or value is True:
         return "approve", None, ""

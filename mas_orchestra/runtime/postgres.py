@@ -46,8 +46,18 @@ _SCHEMES = ("postgresql://", "postgres://")
 class CheckpointConnectionError(CheckpointError):
     """The PostgreSQL checkpoint store cannot be reached, refuses the login, or dropped the connection.
 
-    ``host``, ``port`` and ``database`` name the store; ``url`` is the connection URL with its password
-    replaced by ``***`` (the password never appears in the message).
+    The password never appears in the message.
+
+    Args:
+        url: The connection URL.
+        problem: What went wrong.
+        fix: What to do about it.
+
+    Attributes:
+        host: The server's host.
+        port: The server's port.
+        database: The database.
+        url: The connection URL with its password replaced by ``***``.
     """
 
     def __init__(self, url: str, problem: str, fix: str) -> None:
@@ -60,12 +70,26 @@ class CheckpointConnectionError(CheckpointError):
 
 
 def is_postgres_url(value: Any) -> bool:
-    """True for a ``postgresql://`` / ``postgres://`` connection URL."""
+    """True for a ``postgresql://`` / ``postgres://`` connection URL.
+
+    Args:
+        value: Anything (a checkpointer argument).
+
+    Returns:
+        Whether it is such a URL.
+    """
     return isinstance(value, str) and value.strip().lower().startswith(_SCHEMES)
 
 
 def redact_url(url: str) -> str:
-    """``url`` with the password (if any) replaced by ``***``."""
+    """``url`` with the password (if any) replaced by ``***``.
+
+    Args:
+        url: A connection URL.
+
+    Returns:
+        The URL, safe to print.
+    """
     parts = urlsplit(url)
     if parts.password is None:
         return url
@@ -133,7 +157,20 @@ _SCHEMA_FIX = ("upgrade with pip install -U langgraph-checkpoint-postgres, or po
 
 @contextlib.contextmanager
 def open_postgres_checkpointer(url: str, *, connect_timeout: int = DEFAULT_CONNECT_TIMEOUT_S) -> Iterator[Any]:
-    """A synchronous ``PostgresSaver`` on ``url`` (schema checked and set up), closed on exit."""
+    """A synchronous ``PostgresSaver`` on ``url`` (schema checked and set up), closed on exit.
+
+    Args:
+        url: ``postgresql://user:password@host:5432/db`` (the password never appears in an error).
+        connect_timeout: Seconds to wait for the server to accept the connection.
+
+    Yields:
+        The saver, with :func:`~mas_orchestra.runtime.checkpoint.checkpoint_serde` as its serializer.
+
+    Raises:
+        CheckpointConnectionError: The server cannot be reached, refuses the login, or the database is missing.
+        CheckpointError: The database's checkpoint schema is newer than the installed package knows.
+        MissingExtraError: The ``postgres`` extra is not installed.
+    """
     _postgres_extra()
     import psycopg
     from langgraph.checkpoint.postgres import PostgresSaver
@@ -167,7 +204,20 @@ def open_postgres_checkpointer(url: str, *, connect_timeout: int = DEFAULT_CONNE
 async def open_async_postgres_checkpointer(
     url: str, *, connect_timeout: int = DEFAULT_CONNECT_TIMEOUT_S
 ) -> AsyncIterator[Any]:
-    """An ``AsyncPostgresSaver`` on ``url`` bound to the running event loop (schema checked), closed on exit."""
+    """An ``AsyncPostgresSaver`` on ``url`` bound to the running event loop (schema checked), closed on exit.
+
+    Args:
+        url: ``postgresql://user:password@host:5432/db`` (the password never appears in an error).
+        connect_timeout: Seconds to wait for the server to accept the connection.
+
+    Yields:
+        The saver, with :func:`~mas_orchestra.runtime.checkpoint.checkpoint_serde` as its serializer.
+
+    Raises:
+        CheckpointConnectionError: The server cannot be reached, refuses the login, or the database is missing.
+        CheckpointError: The database's checkpoint schema is newer than the installed package knows.
+        MissingExtraError: The ``postgres`` extra is not installed.
+    """
     _postgres_extra()
     import psycopg
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver

@@ -25,7 +25,16 @@ def _load() -> dict[str, tuple[float, float]]:
 
 
 def register_price(model: str, input_per_mtok: float, output_per_mtok: float) -> None:
-    """Set the price of ``model`` in USD per million input / output tokens."""
+    """Set the price of ``model`` in USD per million input / output tokens.
+
+    Args:
+        model: The model name as usage reports it (e.g. ``gpt-4o-mini``).
+        input_per_mtok: USD per million input tokens.
+        output_per_mtok: USD per million output tokens.
+
+    Raises:
+        ValueError: A negative price.
+    """
     if input_per_mtok < 0 or output_per_mtok < 0:
         raise ValueError("prices must be >= 0")
     _load()
@@ -34,7 +43,14 @@ def register_price(model: str, input_per_mtok: float, output_per_mtok: float) ->
 
 
 def price_of(model: str) -> tuple[float, float] | None:
-    """Price of a model name: exact, then without a provider prefix (``openai/x`` → ``x``)."""
+    """Price of a model name: exact, then without a provider prefix (``openai/x`` → ``x``).
+
+    Args:
+        model: The model name.
+
+    Returns:
+        ``(input, output)`` USD per million tokens (``(0, 0)`` for local models), or ``None`` when unknown.
+    """
     prices = _load()
     if model in prices:
         return prices[model]
@@ -47,7 +63,14 @@ def price_of(model: str) -> tuple[float, float] | None:
 
 
 def cost_usd(by_model: dict[str, ModelUsage]) -> tuple[float, list[str]]:
-    """Total cost and the model names without a price (counted as 0)."""
+    """Total cost and the model names without a price (counted as 0).
+
+    Args:
+        by_model: Tokens per model name.
+
+    Returns:
+        ``(USD, sorted names of unpriced models)``.
+    """
     total, unpriced = 0.0, []
     for name, used in by_model.items():
         price = price_of(name)

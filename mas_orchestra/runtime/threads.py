@@ -43,7 +43,16 @@ _OUTER_RECURSION_LIMIT = 25
 
 
 def thread_differences(values: Mapping[str, Any], question: str, setup: Mapping[str, str]) -> dict[str, tuple]:
-    """What differs between a stored thread and a run: ``{what: (stored, given)}`` (empty when it matches)."""
+    """What differs between a stored thread and a run: ``{what: (stored, given)}`` (empty when it matches).
+
+    Args:
+        values: The stored thread's state values.
+        question: The question of this run.
+        setup: The models and DoM of this run.
+
+    Returns:
+        ``{what: (stored, given)}``.
+    """
     differences: dict[str, tuple] = {}
     if values.get("question") != question:
         differences["question"] = (values.get("question"), question)
@@ -119,8 +128,15 @@ async def _inner_results(graph: Any, config: dict[str, Any]) -> dict[str, AgentR
 def finished_nodes(checkpointer: Any, thread_id: str) -> dict[str, AgentResult]:
     """The node results checkpointed on an Orchestra thread so far, also while it runs or after it died.
 
-    ``checkpointer``: a synchronous saver (``InMemorySaver``, ``SqliteSaver``; e.g. from
-    :func:`mas_orchestra.runtime.checkpoint.open_sqlite_checkpointer`). Reads only; safe next to a running writer.
+    Reads only; safe next to a running writer.
+
+    Args:
+        checkpointer: A synchronous saver (``InMemorySaver``, ``SqliteSaver``; e.g. from
+            :func:`mas_orchestra.runtime.checkpoint.open_sqlite_checkpointer`).
+        thread_id: The thread.
+
+    Returns:
+        Node id → result of every node that finished (in the execute subgraph's pending writes too).
     """
 
     def no_runs(_config: Any) -> Any:

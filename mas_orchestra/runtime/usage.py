@@ -67,6 +67,7 @@ class UsageCallback(UsageMetadataCallbackHandler):
         self._calls = RunUsage()  # calls only; tokens live in self.usage_metadata
 
     def on_llm_end(self, response: LLMResult, **kwargs: Any) -> None:
+        """Count a finished model call and the tokens its reply reports (LangChain callback)."""
         tags = kwargs.get("tags")
         name = _model_name(response) or "unknown"
         replies = [u for u in (_reply_usage(g) for gens in response.generations for g in gens) if u]
@@ -86,14 +87,17 @@ class UsageCallback(UsageMetadataCallbackHandler):
             calls.by_model.setdefault(name, ModelUsage()).calls += 1
 
     def on_tool_start(self, serialized: dict[str, Any], input_str: str, **kwargs: Any) -> None:
+        """Count a tool call (LangChain callback)."""
         with self._calls_lock:
             self._calls.tool_calls += 1
 
     def on_tool_error(self, error: BaseException, **kwargs: Any) -> None:
+        """Count a failed tool call (LangChain callback)."""
         with self._calls_lock:
             self._calls.tool_errors += 1
 
     def on_llm_error(self, error: BaseException, **kwargs: Any) -> None:
+        """Count a failed model call (LangChain callback)."""
         with self._calls_lock:
             self._calls.failed_calls += 1
 

@@ -36,7 +36,16 @@ __all__ = ["AgentNode", "Edge", "GraphSpec", "parse_orchestration", "parse_spec"
 
 
 class AgentNode(BaseModel):
-    """One sub-agent: an instance of a registered agent kind."""
+    """One sub-agent: an instance of a registered agent kind.
+
+    Attributes:
+        id: Unique id, letters, digits and ``_`` (e.g. ``WS_1``).
+        agent: Agent kind: ``cot``, ``sc``, ``reflexion``, ``debate``, ``search`` or a registered one (block
+            names and aliases accepted).
+        description: Short purpose.
+        input: The sub-task; may reference upstream outputs as ``${ID}``. Empty: the original question.
+        params: The kind's parameters, e.g. ``debate_roles`` for debate, ``samples`` for sc.
+    """
 
     model_config = ConfigDict(str_strip_whitespace=True, extra="forbid")
 
@@ -56,7 +65,12 @@ class AgentNode(BaseModel):
 
 
 class Edge(BaseModel):
-    """Data flows from ``source`` to ``target``."""
+    """Data flows from ``source`` to ``target``.
+
+    Attributes:
+        source: The upstream node id.
+        target: The downstream node id.
+    """
 
     model_config = ConfigDict(str_strip_whitespace=True, extra="forbid")
 
@@ -65,7 +79,21 @@ class Edge(BaseModel):
 
 
 class GraphSpec(BaseModel):
-    """A whole multi-agent system: agents, the DAG between them and its single sink."""
+    """A whole multi-agent system: agents, the DAG between them and its single sink.
+
+    Validated when built (every problem is listed in one error); ``GraphSpec.model_json_schema()`` doubles as a
+    function-calling schema. Text → spec → text and JSON → spec round trips are lossless.
+
+    Attributes:
+        nodes: The agents.
+        edges: The data flow between them (acyclic).
+        sink: The node whose answer is the system's answer.
+        direct_answer: Low DoM: the answer given without any agent.
+        thinking: The orchestrator's ``<thinking>`` text.
+        dom: Degree of MAS the spec was written for (``high`` or ``low``).
+        warnings: Leniencies applied while reading the text (filled by the parser; not part of the graph's
+            identity, see :meth:`spec_hash`).
+    """
 
     model_config = ConfigDict(str_strip_whitespace=True, extra="forbid")
 
@@ -110,19 +138,47 @@ class GraphSpec(BaseModel):
     # -- conveniences -------------------------------------------------------------------------
 
     def node(self, node_id: str) -> AgentNode:
+        """The node with this id.
+
+        Args:
+            node_id: A node id of this spec.
+
+        Returns:
+            The node.
+
+        Raises:
+            KeyError: No node has that id (the message lists the ids).
+        """
         for node in self.nodes:
             if node.id == node_id:
                 return node
         raise KeyError(f"no node {node_id!r}; nodes: {', '.join(n.id for n in self.nodes)}")
 
     def predecessors(self, node_id: str) -> list[str]:
+        """The ids of the nodes with an edge into ``node_id``.
+
+        Args:
+            node_id: A node id of this spec.
+
+        Returns:
+            Source ids, in edge order.
+        """
         return [e.source for e in self.edges if e.target == node_id]
 
     def topological_order(self) -> list[str]:
+        """Node ids such that every edge goes from an earlier to a later one.
+
+        Returns:
+            Every node id once.
+        """
         return topological_order(self)[0]
 
     def layers(self) -> list[list[str]]:
-        """Nodes grouped by depth: each layer can run concurrently once the previous ones finished."""
+        """Nodes grouped by depth: each layer can run concurrently once the previous ones finished.
+
+        Returns:
+            Lists of node ids, the sources first.
+        """
         depth: dict[str, int] = {}
         for node_id in self.topological_order():
             preds = self.predecessors(node_id)
@@ -136,22 +192,45 @@ class GraphSpec(BaseModel):
         """Stable short hash of the structure (nodes, edges, parameters), for tracing metadata.
 
         ``thinking`` and ``warnings`` are left out: the same graph read from a clean text and from a messy
-        one is the same system (and a checkpointed thread resumes it as such)."""
+        one is the same system (and a checkpointed thread resumes it as such).
+
+        Returns:
+            16 hexadecimal digits.
+        """
         payload = self.model_dump(exclude={"thinking", "warnings"})
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
     def agent_counts(self) -> dict[str, int]:
+        """How many nodes of each agent kind the spec has.
+
+        Returns:
+            Agent kind → number of nodes.
+        """
         counts: dict[str, int] = defaultdict(int)
         for node in self.nodes:
             counts[node.agent] += 1
         return dict(counts)
 
     def to_xml(self, *, registry: AgentRegistry | None = None) -> str:
-        """The orchestration text of this spec, in the original format of its DoM."""
+        """The orchestration text of this spec, in the original format of its DoM.
+
+        Args:
+            registry: The registry that names the agent kinds and parameter tags (default: the default one).
+
+        Returns:
+            Canonical orchestration text; it reads back without warnings.
+        """
         return spec_to_xml(self, registry=registry)
 
     def to_mermaid(self, *, registry: AgentRegistry | None = None) -> str:
-        """A Mermaid flowchart of the spec."""
+        """A Mermaid flowchart of the spec.
+
+        Args:
+            registry: The registry that names the blocks in the labels (default: the default one).
+
+        Returns:
+            The ``flowchart TD`` text; the sink is drawn rounded.
+        """
         registry = registry or default_registry
         lines = ["flowchart TD"]
         if not self.nodes:
@@ -172,10 +251,19 @@ class GraphSpec(BaseModel):
     ) -> GraphSpec:
         """Parse JSON (our schema) or the orchestration text format, whichever ``text`` is.
 
-        Without ``dom``, text with an ``<agent_output_id>`` and no ``<agent_id>`` is read as low DoM.
-        ``registry`` (default: the default registry) says which agent kinds and parameter tags exist, so a
-        spec naming a user-registered kind loads with the registry that kind was registered in.
-        ``strict``: any leniency (see :attr:`warnings`) is a :class:`SpecError`.
+        Args:
+            text: A JSON spec or orchestration text.
+            dom: The DoM of the text; without it, text with an ``<agent_output_id>`` and no ``<agent_id>`` is
+                read as low DoM.
+            registry: Which agent kinds and parameter tags exist (default: the default registry), so a spec
+                naming a user-registered kind loads with the registry that kind was registered in.
+            strict: Any leniency (see :attr:`warnings`) is a :class:`SpecError`.
+
+        Returns:
+            The validated spec.
+
+        Raises:
+            SpecError: The text is not a valid spec (every problem listed).
         """
         if text.lstrip().startswith("{"):
             return parse_spec(text, registry=registry, dom=dom, strict=strict)  # dom: for JSON that states none
@@ -186,11 +274,33 @@ class GraphSpec(BaseModel):
         cls, path: str | Path, *, dom: Dom | None = None, registry: AgentRegistry | None = None,
         strict: bool = False,
     ) -> GraphSpec:
-        """Read a spec from a ``.json`` or orchestration-text (``.xml``/``.txt``) file (see :meth:`from_text`)."""
+        """Read a spec from a ``.json`` or orchestration-text (``.xml``/``.txt``) file (see :meth:`from_text`).
+
+        Args:
+            path: The file.
+            dom: The DoM of orchestration text (default: detected).
+            registry: Which agent kinds and parameter tags exist (default: the default registry).
+            strict: Any leniency is a :class:`SpecError`.
+
+        Returns:
+            The validated spec.
+
+        Raises:
+            SpecError: The file's text is not a valid spec (every problem listed).
+            OSError: The file cannot be read.
+        """
         return cls.from_text(Path(path).read_text(encoding="utf-8"), dom=dom, registry=registry, strict=strict)
 
     def to_file(self, path: str | Path, *, registry: AgentRegistry | None = None) -> Path:
-        """Write JSON for ``.json`` paths, the orchestration text otherwise (rendered with ``registry``)."""
+        """Write JSON for ``.json`` paths, the orchestration text otherwise (rendered with ``registry``).
+
+        Args:
+            path: The file to write (replaced if it exists).
+            registry: The registry that names kinds and tags in orchestration text.
+
+        Returns:
+            ``path``.
+        """
         path = Path(path)
         text = self.model_dump_json(indent=2) if path.suffix == ".json" else self.to_xml(registry=registry)
         path.write_text(text + "\n", encoding="utf-8")
@@ -198,7 +308,18 @@ class GraphSpec(BaseModel):
 
 
 def spec_from_data(data: Any, *, registry: AgentRegistry | None = None) -> GraphSpec:
-    """Validate a mapping into a :class:`GraphSpec`, raising :class:`SpecError` with all problems."""
+    """Validate a mapping into a :class:`GraphSpec`.
+
+    Args:
+        data: The spec as plain data (a parsed JSON object).
+        registry: Which agent kinds exist (default: the default registry).
+
+    Returns:
+        The validated spec.
+
+    Raises:
+        SpecError: ``data`` is not a valid spec (every problem listed).
+    """
     if not isinstance(data, dict):
         raise SpecError(f"spec must be a JSON object, got {type(data).__name__}")
     try:
@@ -212,8 +333,20 @@ def spec_from_data(data: Any, *, registry: AgentRegistry | None = None) -> Graph
 def parse_spec(
     text: str | bytes, *, registry: AgentRegistry | None = None, dom: Dom | None = None, strict: bool = False
 ) -> GraphSpec:
-    """Parse our JSON spec format; every failure is a :class:`SpecError`. ``dom``: the DoM of a spec that
-    does not state one (default: the schema's, high). ``strict``: a leniency (a duplicated edge) is an error."""
+    """Parse our JSON spec format.
+
+    Args:
+        text: The JSON text.
+        registry: Which agent kinds exist (default: the default registry).
+        dom: The DoM of a spec that does not state one (default: the schema's, high).
+        strict: A leniency (a duplicated edge) is an error.
+
+    Returns:
+        The validated spec.
+
+    Raises:
+        SpecError: Anything malformed or invalid, every problem listed (the only exception it raises).
+    """
     spec = spec_from_data(read_json_spec(text, dom=dom), registry=registry)
     raise_if_strict(spec.warnings, strict)
     return spec
@@ -225,12 +358,26 @@ def parse_orchestration(
     """Parse orchestration text (DESIGN §3, §11) into a validated :class:`GraphSpec`.
 
     Reads real orchestrator output the way the original system did: the first complete orchestration is
-    the plan, and each leniency applied is recorded in ``spec.warnings`` (:class:`SpecWarning`). With
-    ``strict=True`` any such leniency raises instead. Text that is one JSON object is read as our JSON spec
-    form (what an orchestrator constrained by a JSON schema writes), with ``dom`` as its default DoM.
+    the plan, and each leniency applied is recorded in ``spec.warnings`` (:class:`SpecWarning`). Text that is
+    one JSON object is read as our JSON spec form (what an orchestrator constrained by a JSON schema writes).
 
-    Raises :class:`SpecError` — and only that — for anything malformed or invalid, listing every
-    problem found.
+    Args:
+        text: The orchestrator's reply.
+        dom: ``high`` or ``low``; also the default DoM of a JSON spec that states none.
+        registry: Which agent kinds and parameter tags exist (default: the default registry).
+        strict: Any leniency raises instead of being recorded as a warning.
+
+    Returns:
+        The validated spec, with ``warnings`` listing the leniencies applied.
+
+    Raises:
+        SpecError: Anything malformed or invalid, listing every problem found (the only exception it raises).
+
+    Example:
+        ```python
+        spec = parse_orchestration(open("graphs/specs/diamond.xml").read())
+        print(spec.to_mermaid(), spec.warnings)
+        ```
     """
     registry = registry or default_registry
     spec = spec_from_data(read_orchestration(text, check_dom(dom), registry=registry), registry=registry)

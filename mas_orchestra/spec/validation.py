@@ -26,49 +26,68 @@ class NodeShape(Protocol):
     params: dict[str, Any]
 
     @property
-    def id(self) -> str: ...
+    def id(self) -> str:
+        """The node's id."""
 
     @property
-    def input(self) -> str: ...
+    def input(self) -> str:
+        """The node's input text (may reference ``${id}`` of earlier nodes)."""
 
     @property
-    def description(self) -> str: ...
+    def description(self) -> str:
+        """The node's short purpose."""
 
 
 class EdgeShape(Protocol):
     """The two ends of a spec edge."""
 
     @property
-    def source(self) -> str: ...
+    def source(self) -> str:
+        """The id the edge starts at."""
 
     @property
-    def target(self) -> str: ...
+    def target(self) -> str:
+        """The id the edge ends at."""
 
 
 class SpecShape(Protocol):
-    """The fields of a spec the rules read (:class:`~mas_orchestra.spec.model.GraphSpec` has them); ``sink`` is
-    filled in when the spec leaves it out."""
+    """The fields of a spec the rules read; :class:`~mas_orchestra.spec.model.GraphSpec` has them.
+
+    ``sink`` is filled in when the spec leaves it out.
+    """
 
     sink: str | None
 
     @property
-    def nodes(self) -> Sequence[NodeShape]: ...
+    def nodes(self) -> Sequence[NodeShape]:
+        """The agent nodes."""
 
     @property
-    def edges(self) -> Sequence[EdgeShape]: ...
+    def edges(self) -> Sequence[EdgeShape]:
+        """The edges between them."""
 
     @property
-    def direct_answer(self) -> str | None: ...
+    def direct_answer(self) -> str | None:
+        """The answer of a spec without agents (``None`` otherwise)."""
 
     @property
-    def thinking(self) -> str: ...
+    def thinking(self) -> str:
+        """The orchestrator's reasoning before the spec."""
 
     @property
-    def dom(self) -> str: ...
+    def dom(self) -> str:
+        """The degree of multi-agentness it was written for."""
 
 
 def topological_order(spec: SpecShape) -> tuple[list[str], set[str]]:
-    """Kahn's order over declared nodes; the second value holds nodes left on cycles."""
+    """Kahn's order over declared nodes; the second value holds nodes left on cycles.
+
+    Args:
+        spec: The spec.
+
+    Returns:
+        ``(order, nodes left on cycles)``.
+    """
     ids = [n.id for n in spec.nodes]
     known = set(ids)
     indeg = dict.fromkeys(ids, 0)
@@ -124,6 +143,13 @@ def check_spec(spec: SpecShape, registry: AgentRegistry) -> list[str]:
 
     Normalises as it goes: agent aliases become canonical kind names, parameters are validated
     against the kind's model (and stored as given, so round trips stay lossless).
+
+    Args:
+        spec: The spec being validated (normalised in place).
+        registry: Which agent kinds exist and what parameters they take.
+
+    Returns:
+        The problems, each naming where it is.
     """
     problems: list[str] = []
     ids = [n.id for n in spec.nodes]
@@ -222,7 +248,14 @@ def check_spec(spec: SpecShape, registry: AgentRegistry) -> list[str]:
 
 
 def problems_of(exc: ValidationError) -> list[str]:
-    """The problems of a failed ``GraphSpec`` validation, one per violation, each with its location."""
+    """The problems of a failed ``GraphSpec`` validation, one per violation, each with its location.
+
+    Args:
+        exc: The pydantic ``ValidationError``.
+
+    Returns:
+        The problems.
+    """
     problems: list[str] = []
     for err in exc.errors():
         loc = err.get("loc", ())

@@ -21,7 +21,7 @@ from mas_orchestra.errors import SpecError
 
 __all__ = ["WARNING_KINDS", "SpecWarning", "WarningKind", "count_warnings", "line_of", "raise_if_strict"]
 
-#: What a warning is about (one value per leniency; the README's fidelity table has a row for each).
+#: What a warning is about (one value per leniency; the fidelity table, docs/concepts/fidelity.md, has a row for each).
 WarningKind = Literal[
     "ignored_after_plan",   # commentary, a second copy, repeated blocks or answers after the first plan
     "answer_ignored",       # an <answer> next to agents (high DoM) or disagreeing with the agent's output id (low)
@@ -55,12 +55,27 @@ def line_of(text: str, pos: int) -> str:
 
 
 def count_warnings(warnings: Iterable[SpecWarning]) -> dict[str, int]:
-    """How many warnings of each kind (kinds with none are left out)."""
+    """How many warnings of each kind (kinds with none are left out).
+
+    Args:
+        warnings: The spec's warnings.
+
+    Returns:
+        Kind → count.
+    """
     return dict(Counter(w.kind for w in warnings))
 
 
 def raise_if_strict(warnings: Iterable[SpecWarning], strict: bool) -> None:
-    """With ``strict``, any warning is an error: raise :class:`SpecError` listing each (kind in brackets)."""
+    """With ``strict``, any warning is an error.
+
+    Args:
+        warnings: The spec's warnings.
+        strict: Whether leniencies are refused.
+
+    Raises:
+        SpecError: ``strict`` and at least one warning (each listed, its kind in brackets).
+    """
     found = list(warnings)
     if strict and found:
         raise SpecError([f"{w} (strict reading: fix the text or parse with strict=False)" for w in found])

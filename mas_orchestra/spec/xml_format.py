@@ -191,7 +191,14 @@ def _agent_block(doc: _Doc, lo: int, hi: int, registry: AgentRegistry, number: i
 
 
 def detect_dom(text: str) -> Dom:
-    """Guess the DoM of orchestration text: low when it names an output id but no agent id."""
+    """Guess the DoM of orchestration text: low when it names an output id but no agent id.
+
+    Args:
+        text: Orchestration text.
+
+    Returns:
+        ``low`` or ``high``.
+    """
     lowered = text.lower()
     has_output = re.search(r"<\s*agent_output_id\s*>", lowered) is not None
     has_id = re.search(r"<\s*agent_id\s*>", lowered) is not None
@@ -406,7 +413,15 @@ def _param_text(value: Any) -> str:
 
 
 def spec_to_xml(spec: SpecShape, *, registry: AgentRegistry | None = None) -> str:
-    """Write a spec in the orchestration text format of its DoM; parsing it gives the spec back."""
+    """Write a spec in the orchestration text format of its DoM; parsing it gives the spec back.
+
+    Args:
+        spec: The spec.
+        registry: Names the blocks and parameter tags (default: the default registry).
+
+    Returns:
+        The orchestration text.
+    """
     registry = registry or default_registry
     out = [f"<thinking>{spec.thinking}</thinking>"]
     if not spec.nodes:

@@ -118,6 +118,7 @@ class RowFilter:
     text: str | None = None
 
     def accepts(self, row: Row) -> bool:
+        """Whether an indexed row passes every set filter."""
         return (
             (self.status is None or row.status == self.status)
             and (self.correct is None or row.correct is self.correct)
@@ -210,6 +211,7 @@ class RunFile:
         return record
 
     def tail_warning(self) -> list[str]:
+        """A warning about an incomplete last line, if the file has one."""
         if not self.pending_tail:
             return []
         return [f"{self.path.name}:{self.lines + 1}: the last line is incomplete (the writer stopped or is still "
@@ -239,11 +241,13 @@ class RunFolder:
 
     @staticmethod
     def is_run_folder(path: Path) -> bool:
+        """Whether ``path`` holds an eval or a training run (or a checkpoint folder of one)."""
         if (path / RESULTS_FILE).is_file() or (path / ROLLOUTS_FILE).is_file() or (path / STATE_FILE).is_file():
             return True
         return any((d / STATE_FILE).is_file() for d in path.glob("checkpoint-*"))
 
     def summary(self) -> dict[str, Any]:
+        """The run's kind, counts and facets for the browse view (the file is indexed further first)."""
         if self.file is not None:
             self.file.refresh()
         rows = self.file.rows if self.file else []
@@ -259,6 +263,7 @@ class RunFolder:
         }
 
     def page(self, row_filter: RowFilter, offset: int, limit: int) -> dict[str, Any]:
+        """One page of rows passing ``row_filter`` (``StudioInputError`` for a bad offset or limit)."""
         if self.file is None:
             return {"total": 0, "offset": 0, "rows": []}
         if not 1 <= limit <= MAX_PAGE or offset < 0:
@@ -268,6 +273,7 @@ class RunFolder:
         return {"total": len(matched), "offset": offset, "rows": [r.public() for r in matched[offset:offset + limit]]}
 
     def sample(self, number: int) -> dict[str, Any]:
+        """One record with what the page derives from it (diagram, warnings, node outputs)."""
         if self.file is None:
             raise StudioInputError(f"{self.path} has no {RESULTS_FILE} or {ROLLOUTS_FILE}: no samples", status=404)
         record = self.file.record(number)

@@ -43,6 +43,7 @@ class CallCollector(AsyncCallbackHandler):
         parent_run_id: UUID | None = None, tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        """Open a model call's record: its node, prompt and start time (LangChain callback)."""
         metadata = metadata or {}
         node = ORCHESTRATOR_NODE if ORCHESTRATOR_TAG in (tags or []) else str(metadata.get("langgraph_node", "?"))
         prompt = "\n\n".join(_message_text(m) for batch in messages for m in batch)
@@ -50,6 +51,7 @@ class CallCollector(AsyncCallbackHandler):
         self.emit({"type": "call_start", "node": node, "call": str(run_id)})
 
     async def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        """Close the call's record with its reply and tokens (LangChain callback)."""
         call = self._open.pop(run_id, None)
         if call is None:
             return
@@ -60,6 +62,7 @@ class CallCollector(AsyncCallbackHandler):
         self._finish(run_id, call, reply=clip(reply, _TEXT_CHARS), tokens=int(usage.get("total_tokens") or 0))
 
     async def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        """Close the call's record with the error (LangChain callback)."""
         call = self._open.pop(run_id, None)
         if call is not None:
             self._finish(run_id, call, reply="", tokens=0, error=f"{type(error).__name__}: {error}")

@@ -72,6 +72,7 @@ class RunRequest(BaseModel):
 
     @classmethod
     def from_json(cls, data: Any) -> RunRequest:
+        """Validate a request body (``StudioInputError`` listing every problem)."""
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
@@ -134,6 +135,7 @@ class LiveRun:
         self._t0 = time.perf_counter()
 
     def emit(self, event: dict[str, Any]) -> None:
+        """Number and time-stamp an event, keep it and send it to every watcher."""
         numbered = {**event, "seq": len(self.events), "t": round(time.perf_counter() - self._t0, 3)}
         self.events.append(numbered)
         for queue in self._watchers:
@@ -163,6 +165,7 @@ class LiveRun:
             self._watchers.discard(queue)
 
     def summary(self) -> dict[str, Any]:
+        """The thread's id, state, event count and request, for listings."""
         return {"thread_id": self.thread_id, "state": self.state, "events": len(self.events),
                 "request": self.request.model_dump(mode="json")}
 

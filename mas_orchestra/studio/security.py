@@ -156,21 +156,25 @@ class AccessPolicy:
         return "mas_studio_" + hashlib.sha256(self.token.encode()).hexdigest()[:12]
 
     def host_allowed(self, host_header: str | None) -> bool:
+        """Whether a ``Host`` header names this machine (loopback) or a host allowed with ``--allow-host``."""
         if not host_header:
             return False
         name = _host_name(host_header)
         return is_loopback_host(name) or name in self.allowed_hosts
 
     def token_matches(self, candidate: str | None) -> bool:
+        """Whether ``candidate`` is the token (compared in constant time)."""
         return bool(candidate) and hmac.compare_digest(str(candidate).encode(), self.token.encode())
 
     def authorized(self, headers: dict[str, str], cookies: dict[str, str]) -> bool:
+        """Whether a request carries the token: ``Authorization: Bearer <token>`` or the studio's cookie."""
         scheme, _, value = headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and self.token_matches(value.strip()):
             return True
         return self.token_matches(cookies.get(self.cookie_name))
 
     def cookie_header(self) -> str:
+        """The ``Set-Cookie`` value that gives a browser the token (HttpOnly, SameSite=Strict)."""
         return f"{self.cookie_name}={self.token}; Path=/; HttpOnly; SameSite=Strict"
 
 
@@ -231,6 +235,7 @@ class Guarded:
         self.api = api
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve ``scope`` if it passes the policy's checks; else answer with the refusal."""
         app, policy, api = self.app, self.policy, self.api
         if scope["type"] != "http":
             await app(scope, receive, send)

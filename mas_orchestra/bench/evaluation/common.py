@@ -69,12 +69,20 @@ class ConfigMismatchError(EvalInputError):
 
 
 def load_rows(source: str | os.PathLike[str] | Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Read and check eval rows from a JSONL file, a ``masbench-official:<path>[:<subset>][:split=…]`` source
-    (:mod:`mas_orchestra.bench.masbench.official`) or an iterable of dicts.
+    """Read and check eval rows.
 
     Every row needs ``id`` (string or integer, unique), ``question`` (non-empty string) and ``answer``
-    (string, number, or a list of strings for multi-answer tasks); blank lines are skipped. Raises
-    :class:`EvalInputError` naming the file and line of the first bad row.
+    (string, number, or a list of strings for multi-answer tasks); blank lines are skipped.
+
+    Args:
+        source: A JSONL file, a ``masbench-official:<path>[:<subset>][:split=…]`` source
+            (:mod:`mas_orchestra.bench.masbench.official`) or an iterable of dicts.
+
+    Returns:
+        The rows, in order.
+
+    Raises:
+        EvalInputError: A bad row (naming the file and line of the first one), or no rows at all.
     """
     try:
         if is_official_source(source):

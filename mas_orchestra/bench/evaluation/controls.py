@@ -10,14 +10,17 @@ ensembling habit. Each control keeps everything but one thing:
   a random DAG with one sink in which every agent references all its predecessors. Accuracy that the trained
   plan beats by a margin came from *which* wiring it chose, not from its size.
 
-Both need high DoM (a low-DoM plan is one agent: nothing to rewire).
+Both need high DoM (a low-DoM plan is one agent: nothing to rewire). :func:`control_runner` applies a control to
+freshly sampled plans (``mas-orchestra eval --ablate-wiring``); :func:`areplay_with_control` applies it to the
+plans an earlier eval already sampled (its ``results.jsonl``), so the controlled and the uncontrolled rows of a
+table compare the very same plans and no orchestrator call is repeated.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from mas_orchestra.errors import SpecError
@@ -25,10 +28,33 @@ from mas_orchestra.registry import AgentKind, AgentRegistry
 from mas_orchestra.spec import GraphSpec, spec_from_data
 from mas_orchestra.spec.structure import ablate_wiring
 
-__all__ = ["CONTROLS", "control_runner", "random_graph_like"]
+__all__ = ["CONTROLS", "areplay_with_control", "check_control", "control_runner", "random_graph_like"]
 
 #: The controls an evaluation can apply (``mas-orchestra eval --ablate-wiring`` / ``--random-graph``).
 CONTROLS: tuple[str, ...] = ("ablate-wiring", "random-graph")
+
+
+def check_control(control: str | None, dom: str, baseline: str | None) -> None:
+    """Refuse a control an evaluation cannot apply.
+
+    Args:
+        control: the control asked for (``None``: none).
+        dom: the evaluation's DoM.
+        baseline: the evaluation's single-agent baseline, if any.
+
+    Raises:
+        EvalInputError: an unknown control, a control with a baseline, or one outside high DoM.
+    """
+    from mas_orchestra.bench.evaluation.common import EvalInputError
+
+    if control is None:
+        return
+    if control not in CONTROLS:
+        raise EvalInputError(f"unknown control {control!r}; valid: {', '.join(CONTROLS)}")
+    if baseline is not None:
+        raise EvalInputError(f"--{control} changes an orchestrator's plan; a --baseline run has none")
+    if dom != "high":
+        raise EvalInputError(f"--{control} needs --dom high: a low-DoM plan is one agent with no wiring to change")
 
 
 def _plain_kinds(registry: AgentRegistry) -> list[AgentKind]:
@@ -127,3 +153,65 @@ def control_runner(orchestra: Any, control: str, *, constrained: Any = None) -> 
         )
 
     return run
+
+
+def _controlled(spec: GraphSpec, control: str, registry: AgentRegistry, key: str) -> GraphSpec:
+    if control == "ablate-wiring":
+        return ablate_wiring(spec)
+    seed = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
+    return random_graph_like(spec, registry, random.Random(seed))
+
+
+async def areplay_with_control(
+    records: Iterable[Mapping[str, Any]], control: str, *, subagent: Any, registry: AgentRegistry,
+    grader: str = "math", settings: Any = None,
+) -> list[dict[str, Any]]:
+    """Run the plans of earlier eval records again under ``control``; return new records of the same shape.
+
+    Each record's ``orchestration`` is parsed with ``registry`` (a plan that does not parse stays
+    ``invalid_spec``), changed by ``control`` (the random graph seeded by the record's id and sample), executed
+    on ``subagent`` and graded against its ``truth``. Summarise the result with
+    :func:`mas_orchestra.bench.evaluation.summary.summarize`.
+
+    Args:
+        records: eval records (``results.jsonl`` lines) of a high-DoM run.
+        control: one of :data:`CONTROLS`.
+        subagent: the sub-agent model (or model string) the plans run on.
+        registry: the agent kinds the plans were written with.
+        grader: the grading kind of the original eval.
+        settings: run bounds (:class:`~mas_orchestra.settings.RunSettings`; default its defaults).
+
+    Returns:
+        One record per input record, with ``status``, ``correct``, ``answer``, ``usage``, ``spec`` (the
+        controlled spec) and ``control``.
+
+    Raises:
+        ValueError: for an unknown control.
+    """
+    from mas_orchestra.bench.grading import agrade
+    from mas_orchestra.models import resolve_model
+    from mas_orchestra.runtime import execute_spec
+    from mas_orchestra.spec import parse_orchestration
+
+    if control not in CONTROLS:
+        raise ValueError(f"unknown control {control!r}; valid: {', '.join(CONTROLS)}")
+    model = resolve_model(subagent)
+    out: list[dict[str, Any]] = []
+    for record in records:
+        base = {"id": record["id"], "sample": record.get("sample", 0), "question": record["question"],
+                "truth": record.get("truth"), "control": control, "orchestration": record.get("orchestration")}
+        try:
+            spec = parse_orchestration(record.get("orchestration") or "", registry=registry)
+        except SpecError as exc:
+            out.append({**base, "status": "invalid_spec", "valid": False, "correct": False, "answer": None,
+                        "usage": {}, "spec": None, "error": str(exc)})
+            continue
+        spec = _controlled(spec, control, registry, f"{record['id']}#{base['sample']}")
+        outcome = await execute_spec(spec, record["question"], model=model, registry=registry, settings=settings)
+        truth = record.get("truth")
+        correct = bool(outcome.answer is not None and truth is not None
+                       and await agrade(outcome.answer, truth, grader, question=record["question"]))
+        out.append({**base, "status": outcome.status.value, "valid": True, "correct": correct,
+                    "answer": outcome.answer, "usage": outcome.usage.model_dump(mode="json"),
+                    "spec": spec.model_dump(mode="json"), "error": outcome.error})
+    return out

@@ -43,9 +43,18 @@ def pareto_plot(run_dirs: Iterable[str | os.PathLike[str]], out_path: str | os.P
     """Draw accuracy (avg@k, %) against mean cost and against mean LLM calls per question-sample.
 
     One labelled point per run directory with a readable ``summary.json`` (others are skipped with a
-    warning); the dashed line is the Pareto frontier. Returns the PNG's path. Needs matplotlib
-    (``pip install 'mas-orchestra[eval]'``); it is driven through the Agg canvas directly, never pyplot,
-    so no display or global backend state is involved.
+    warning); the dashed line is the Pareto frontier. matplotlib is driven through the Agg canvas directly,
+    never pyplot, so no display or global backend state is involved.
+
+    Args:
+        run_dirs: Eval ``out_dir`` folders.
+        out_path: The PNG to write.
+
+    Returns:
+        The PNG's path.
+
+    Raises:
+        MissingExtraError: matplotlib is not installed (``pip install 'mas-orchestra[eval]'``).
     """
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg

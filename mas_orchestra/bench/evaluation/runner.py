@@ -26,6 +26,7 @@ from mas_orchestra.bench.evaluation.common import (
     load_rows,
     log,
 )
+from mas_orchestra.bench.evaluation.controls import check_control
 from mas_orchestra.bench.evaluation.plots import discover_run_dirs, pareto_plot
 from mas_orchestra.bench.evaluation.storage import (
     _check_config,
@@ -208,19 +209,6 @@ def _check_arguments(
         raise MissingExtraError("grader 'math' (Math-Verify)", "grading", "math_verify")
 
 
-def _check_control(control: str | None, dom: str, baseline: str | None) -> None:
-    from mas_orchestra.bench.evaluation.controls import CONTROLS
-
-    if control is None:
-        return
-    if control not in CONTROLS:
-        raise EvalInputError(f"unknown control {control!r}; valid: {', '.join(CONTROLS)}")
-    if baseline is not None:
-        raise EvalInputError(f"--{control} changes an orchestrator's plan; a --baseline run has none")
-    if dom != "high":
-        raise EvalInputError(f"--{control} needs --dom high: a low-DoM plan is one agent with no wiring to change")
-
-
 async def aevaluate(
     rows: str | os.PathLike[str] | Iterable[Mapping[str, Any]],
     *,
@@ -256,31 +244,50 @@ async def aevaluate(
 ) -> dict[str, Any]:
     """Evaluate ``rows`` (a JSONL path or dicts) and return the summary (also written to ``out_dir``).
 
-    ``orchestrator``/``subagent``/``judge``: model strings or chat models (``orchestrator`` defaults to
-    ``embedded``; it is unused when ``baseline`` names a block). ``samples`` runs per question;
-    ``concurrency`` bounds the question-samples running at once; ``limit`` keeps the first rows;
-    ``timeout`` bounds one run in seconds; ``search`` is a backend or a backend string
-    (``bm25:<corpus.jsonl>``, ``ddg``, ``tavily``). Existing results in ``out_dir`` are resumed (see the
-    module docstring); ``force`` accepts a directory written with other identity arguments.
-    ``data_name`` names in-memory rows in config.json (a path names itself). ``plot=False`` skips
-    pareto.png. ``constrained``: constrained decoding of orchestrations and sub-agent replies, as
-    :class:`~mas_orchestra.runtime.Orchestra` takes it (None: on for local models). ``settings``: the
-    bounds and retries of each run (:class:`~mas_orchestra.settings.RunSettings`); ``timeout``,
-    ``max_retries`` and ``call_timeout``, when given, override its fields. ``agents`` restricts the kinds
-    offered to the orchestrator (as ``Orchestra(agents=...)``; evaluate a trained orchestrator with the
-    kinds it was trained on) and ``max_agents`` caps a constrained orchestration's agents. ``max_tokens``:
-    the orchestrator's budget per orchestration (evaluate a trained orchestrator with its training
-    ``max_completion_length``; None: the Orchestra default). ``strict``: any parser leniency makes a run
-    ``invalid_spec`` (see :class:`~mas_orchestra.spec.SpecWarning`). ``prompt``: the orchestrator's prompt
-    template folder (:mod:`mas_orchestra.prompt_templates`; None: ours). ``whole_response_fallback``: grade an
-    orchestration with no agent and no ``<answer>`` as a direct answer, the whole response being the answer
-    (the original reward's behaviour; off by default). ``control``: a causal control applied to every plan before
-    it runs, ``"ablate-wiring"`` or ``"random-graph"`` (:mod:`mas_orchestra.bench.evaluation.controls`; high DoM,
-    no baseline).
+    Existing results in ``out_dir`` are resumed (see the module docstring). A failing run or grading never
+    raises: it is recorded in its line.
 
-    Raises :class:`EvalInputError` (bad rows/arguments, :class:`ConfigMismatchError`),
-    ``MissingCredentialsError`` / ``MissingExtraError`` / ``ValueError`` from model or backend strings.
-    A failing run or grading never raises: it is recorded in its line.
+    Args:
+        rows: A JSONL path, a ``masbench-official:…`` source or an iterable of ``{id, question, answer}`` dicts.
+        orchestrator: Model string or chat model (default ``embedded``); unused when ``baseline`` names a block.
+        subagent: Model string or chat model of the sub-agents (or a pool, as ``Orchestra`` takes it).
+        dom: ``high`` or ``low``.
+        samples: Runs per question.
+        concurrency: Question-samples running at once.
+        grader: ``math``, ``exact``, ``f1``, ``mcq`` or ``judge``.
+        judge: The judge model (model string or chat model) for ``grader="judge"``.
+        out_dir: Where ``results.jsonl``, ``summary.json``, ``config.json`` and ``pareto.png`` go.
+        timeout: Seconds for one run; overrides ``settings``.
+        baseline: Run one block (``cot``, ``sc``, ``debate``, ``reflexion``, ``search``) without an orchestrator.
+        search: A search backend or a backend string (``bm25:<corpus.jsonl>``, ``ddg``, ``tavily``).
+        progress: Show a progress bar (needs tqdm).
+        temperature: The orchestrator's (or the baseline block's) sampling temperature.
+        limit: Keep the first rows only.
+        force: Accept an ``out_dir`` written with other identity arguments.
+        data_name: Names in-memory rows in ``config.json`` (a path names itself).
+        max_retries: Retries of transient model errors; overrides ``settings``.
+        call_timeout: Seconds for one sub-agent call; overrides ``settings``.
+        grade_timeout: Seconds Math-Verify may spend on one answer.
+        plot: Write ``pareto.png`` (``False`` skips it).
+        constrained: Constrained decoding, as :class:`~mas_orchestra.runtime.Orchestra` takes it.
+        settings: The bounds and retries of each run (:class:`~mas_orchestra.settings.RunSettings`).
+        agents: Restricts the kinds offered to the orchestrator (as ``Orchestra(agents=...)``).
+        max_agents: Caps a constrained orchestration's agents.
+        max_tokens: The orchestrator's budget per orchestration (a trained one's ``max_completion_length``).
+        strict: Any parser leniency makes a run ``invalid_spec`` (see :class:`~mas_orchestra.spec.SpecWarning`).
+        prompt: The orchestrator's prompt template folder (:mod:`mas_orchestra.prompt_templates`; ``None``: ours).
+        whole_response_fallback: Grade an orchestration with no agent and no ``<answer>`` on its whole text.
+        control: A causal control applied to every plan before it runs, ``"ablate-wiring"`` or
+            ``"random-graph"`` (:mod:`mas_orchestra.bench.evaluation.controls`; high DoM, no baseline).
+
+    Returns:
+        The summary (see :func:`~mas_orchestra.bench.evaluation.summarize`).
+
+    Raises:
+        EvalInputError: Bad rows or arguments (:class:`ConfigMismatchError` for an ``out_dir`` of another run).
+        MissingCredentialsError: A model string whose API key is not set.
+        MissingExtraError: A model, grader or backend whose optional package is not installed.
+        ValueError: A malformed model or backend string.
     """
     started = time.perf_counter()
     _check_arguments(grader, dom, samples, concurrency, baseline, limit, judge)
@@ -290,7 +297,7 @@ async def aevaluate(
         raise EvalInputError(str(exc)) from None
     if baseline == "search" and search is None:
         raise EvalInputError("baseline 'search' needs a search backend: --search bm25:<corpus.jsonl>|ddg|tavily")
-    _check_control(control, dom, baseline)
+    check_control(control, dom, baseline)
     if is_official_source(rows):
         data_label: str = str(rows).strip()
     elif isinstance(rows, (str, os.PathLike)):
@@ -474,7 +481,18 @@ async def _run_pending(
 def evaluate(
     rows: str | os.PathLike[str] | Iterable[Mapping[str, Any]], **kwargs: Any
 ) -> dict[str, Any]:
-    """Synchronous :func:`aevaluate` (not from inside a running event loop)."""
+    """Synchronous :func:`aevaluate` (not from inside a running event loop); same errors.
+
+    Args:
+        rows: As :func:`aevaluate` takes them.
+        **kwargs: :func:`aevaluate`'s keyword arguments.
+
+    Returns:
+        The summary.
+
+    Raises:
+        RuntimeError: Called inside a running event loop.
+    """
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -32,12 +32,20 @@ def summarize(
     config: Mapping[str, Any] | None = None,
     elapsed_s: float | None = None,
 ) -> dict[str, Any]:
-    """Metrics over results records (see the module docstring); ``config`` keys are copied in.
+    """Metrics over results records (see the module docstring).
 
     ``avg_at_k`` is the mean correctness over all runs, ``pass_at_k`` the share of questions with at
     least one correct sample, ``valid_rate`` the share of runs whose orchestration parsed and compiled.
     Means are per run (one question-sample). ``structure`` holds the means of
     :func:`mas_orchestra.spec.structure.summarize_structures` over the runs whose spec was read.
+
+    Args:
+        records: The lines of ``results.jsonl`` (one per question-sample).
+        config: Keys copied into the summary (the run's identity).
+        elapsed_s: The eval's wall time, recorded as such.
+
+    Returns:
+        The summary dict written to ``summary.json``.
     """
     recs = list(records)
     runs = len(recs)

@@ -36,6 +36,12 @@ def extract_boxed(text: str) -> list[str]:
 
     Nested braces are matched; escaped braces (``\\{``, ``\\}``) are content, not structure. A box that
     is never closed is ignored; a box inside another box is part of the outer one's content.
+
+    Args:
+        text: A model reply.
+
+    Returns:
+        The boxes' contents.
     """
     opens = {m.end() - 1 for m in _BOX_OPEN.finditer(text)}
     if not opens:
@@ -94,7 +100,14 @@ def _math_clean(s: str) -> str:
 
 
 def math_key(s: str) -> str:
-    """A string key for the cheap equality check; equal keys mean equal answers."""
+    """A string key for the cheap equality check; equal keys mean equal answers.
+
+    Args:
+        s: An answer (LaTeX or plain).
+
+    Returns:
+        The key.
+    """
     s = _math_clean(s)
     for _ in range(5):  # \text{} may nest a few levels; bounded so adversarial input stays linear-ish
         new = _TEXT_CMD.sub(r"\1", s)
@@ -111,11 +124,28 @@ def math_key(s: str) -> str:
 
 
 def mv_gold(truth: str) -> str:
+    """The gold answer boxed, so Math-Verify parses a bare ``25`` or ``\\frac{1}{2}`` as the answer itself.
+
+    Args:
+        truth: The gold answer.
+
+    Returns:
+        ``\\boxed{…}`` of its cleaned answer part.
+    """
     # Boxed, so Math-Verify parses a bare "25" or "\frac{1}{2}" gold as the answer itself.
     return "\\boxed{" + _math_clean(truth) + "}"
 
 
 def mv_pred(prediction: str, boxed: bool) -> str:
+    """The prediction as Math-Verify reads it: boxed when ``boxed``, else as written.
+
+    Args:
+        prediction: The system's answer.
+        boxed: Box its cleaned answer part.
+
+    Returns:
+        The text Math-Verify parses.
+    """
     return "\\boxed{" + _math_clean(prediction) + "}" if boxed else prediction
 
 
@@ -132,7 +162,14 @@ _SPECIAL = {"yes", "no", "noanswer"}
 
 
 def normalize_answer(s: str) -> str:
-    """SQuAD/HotpotQA normalisation: lower-case, drop punctuation and articles, collapse whitespace."""
+    """SQuAD/HotpotQA normalisation: lower-case, drop punctuation and articles, collapse whitespace.
+
+    Args:
+        s: An answer.
+
+    Returns:
+        The normalised text.
+    """
     s = s.lower().translate(_PUNCT)
     s = _ARTICLES.sub(" ", s)
     return " ".join(s.split())
@@ -148,6 +185,15 @@ def _qa_text(s: str) -> str:
 
 
 def token_f1(prediction: str, truth: str) -> float:
+    """SQuAD/HotpotQA token F1 of the normalised strings (yes/no/noanswer must match exactly).
+
+    Args:
+        prediction: The system's answer.
+        truth: The gold answer.
+
+    Returns:
+        F1 in [0, 1].
+    """
     pred = normalize_answer(_qa_text(prediction))
     gold = normalize_answer(_qa_text(truth))
     # As in HotpotQA's official evaluation: yes/no/noanswer must match exactly, token overlap is no credit.
@@ -165,6 +211,15 @@ def token_f1(prediction: str, truth: str) -> float:
 
 
 def exact_match(prediction: str, truth: str) -> bool:
+    """Whether the normalised prediction equals the normalised truth (SQuAD/HotpotQA EM).
+
+    Args:
+        prediction: The system's answer.
+        truth: The gold answer.
+
+    Returns:
+        True on an exact match.
+    """
     return normalize_answer(_qa_text(prediction)) == normalize_answer(_qa_text(truth))
 
 
@@ -192,6 +247,12 @@ def extract_choice(text: str) -> str | None:
     ``\\boxed{\\text{C}}``); the last "answer is (C)" / "Answer: C" (a bare letter must be upper case, so
     "the answer is a dog" is not "A"); a text that is only a letter ("c", "(C).", "C)"); a text starting
     with "C)" / "(C)" / "C." ; the last line starting so.
+
+    Args:
+        text: A model reply or a truth.
+
+    Returns:
+        The letter, or ``None``.
     """
     boxes = extract_boxed(text)
     if boxes:
@@ -211,6 +272,18 @@ def extract_choice(text: str) -> str | None:
 
 
 def mcq_match(prediction: str, truth: str) -> bool:
+    """Whether the prediction names the truth's choice letter (A-E).
+
+    Args:
+        prediction: The system's answer.
+        truth: The gold answer, naming a letter.
+
+    Returns:
+        True when the letters agree.
+
+    Raises:
+        ValueError: The truth names no letter.
+    """
     gold = extract_choice(truth)
     if gold is None:
         raise ValueError(f"mcq truth must name a letter A-E, got {truth!r}")
@@ -232,12 +305,29 @@ def _judge_template() -> string.Template:
 
 
 def judge_messages(question: str, response: str, truths: list[str]) -> list[dict[str, str]]:
+    """The judge model's chat messages for grading ``response`` against the truths.
+
+    Args:
+        question: The question.
+        response: The system's answer.
+        truths: The gold answer(s).
+
+    Returns:
+        One user message asking for yes or no.
+    """
     answer = truths[0] if len(truths) == 1 else "\n".join(f"{i}. {t}" for i, t in enumerate(truths, 1))
     prompt = _judge_template().safe_substitute(question=question, response=response, answer=answer)
     return [{"role": "user", "content": prompt}]
 
 
 def parse_judge_reply(text: str) -> bool:
-    """True iff the first "yes"/"no" word of the reply (after any ``<think>`` block) is "yes"."""
+    """True iff the first "yes"/"no" word of the reply (after any ``<think>`` block) is "yes".
+
+    Args:
+        text: The judge's reply.
+
+    Returns:
+        The verdict.
+    """
     m = _YES_NO.search(_THINK.sub(" ", text))
     return m is not None and m.group(1).lower() == "yes"

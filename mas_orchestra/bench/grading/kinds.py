@@ -99,14 +99,24 @@ def grade(
 ) -> bool:
     """Whether ``prediction`` answers correctly; see the module docstring for each kind.
 
-    ``truth`` is one answer or, for multi-answer tasks, a list: the prediction must hold exactly
-    ``len(truth)`` boxes, matching the answers in order (the original's rule for ``<<horizon>>`` rows).
-    ``timeout`` bounds Math-Verify (seconds, not counting a worker's one-off start-up); a check that runs out
-    of time grades False. ``question`` and ``judge`` are required for
-    ``kind="judge"``; errors raised by the judge model propagate (an API failure is not a wrong answer).
-    Raises ValueError for an unknown kind, an empty truth, or an mcq truth without a letter, and
-    ImportError (``pip install 'mas-orchestra[grading]'``) if kind="math" needs Math-Verify and it is
-    missing.
+    Args:
+        prediction: The system's answer.
+        truth: One answer or, for multi-answer tasks, a list: the prediction must hold exactly ``len(truth)``
+            boxes, matching the answers in order (the original's rule for ``<<horizon>>`` rows).
+        kind: ``math``, ``exact``, ``f1``, ``mcq`` or ``judge``.
+        question: The question (required for ``kind="judge"``).
+        judge: The judge chat model (required for ``kind="judge"``); errors it raises propagate (an API
+            failure is not a wrong answer).
+        timeout: Seconds Math-Verify may take (not counting a worker's one-off start-up); a check that runs out
+            of time grades False.
+
+    Returns:
+        Whether the prediction is correct.
+
+    Raises:
+        ValueError: An unknown kind, an empty truth, or an mcq truth without a letter.
+        ImportError: ``kind="math"`` needs Math-Verify and it is missing (``pip install
+            'mas-orchestra[grading]'``).
     """
     truths = _check(truth, kind)
     prediction = "" if prediction is None else str(prediction)
@@ -137,8 +147,23 @@ def score(
     judge: Any = None,
     timeout: float = 5.0,
 ) -> float:
-    """A number in [0, 1]: token F1 for ``kind="f1"`` (the mean over the answers of a multi-answer truth,
-    0 unless there is exactly one box per answer), else 1.0 if ``grade`` says correct and 0.0 otherwise."""
+    """A number in [0, 1]: token F1 for ``kind="f1"``, else 1.0 if :func:`grade` says correct and 0.0 otherwise.
+
+    Args:
+        prediction: The system's answer.
+        truth: One answer, or a list for a multi-answer task (F1 is then the mean over the answers, 0 unless
+            there is exactly one box per answer).
+        kind: A grading kind (see :func:`grade`).
+        question: The question (``kind="judge"``).
+        judge: The judge chat model (``kind="judge"``).
+        timeout: Seconds Math-Verify may take.
+
+    Returns:
+        The score.
+
+    Raises:
+        ValueError: As :func:`grade` raises it.
+    """
     if kind == "f1":
         truths = _check(truth, kind)
         parts = _per_part("" if prediction is None else str(prediction), truths)
@@ -157,8 +182,24 @@ async def agrade(
     judge: Any = None,
     timeout: float = 5.0,
 ) -> bool:
-    """Async ``grade``: the judge is awaited through ``ainvoke`` (if it has one); other kinds run
-    ``grade`` in a worker thread so the event loop is never blocked by Math-Verify."""
+    """Async :func:`grade`: the judge is awaited through ``ainvoke`` (if it has one).
+
+    Other kinds run :func:`grade` in a worker thread, so the event loop is never blocked by Math-Verify.
+
+    Args:
+        prediction: The system's answer.
+        truth: One answer, or a list for a multi-answer task.
+        kind: A grading kind (see :func:`grade`).
+        question: The question (``kind="judge"``).
+        judge: The judge chat model (``kind="judge"``).
+        timeout: Seconds Math-Verify may take.
+
+    Returns:
+        Whether the prediction is correct.
+
+    Raises:
+        ValueError: As :func:`grade` raises it, or the judge kind without ``question`` and ``judge``.
+    """
     if kind == "judge":
         truths = _check(truth, kind)
         if question is None or judge is None:

@@ -147,6 +147,12 @@ def parse_problem(text: str) -> Problem:
 
     Parenthesised notes (MASBench robustness claims such as "(note: ... someone claims the number of X is
     5.)") are not statements and are skipped.
+
+    Args:
+        text: A prompt holding MASBench sentences.
+
+    Returns:
+        The problem it states.
     """
     problem = Problem()
     without_notes = re.sub(r"\([^()]*\)", lambda m: m.group(0) if "[answer" in m.group(0) else " ", text)
@@ -161,7 +167,15 @@ def parse_problem(text: str) -> Problem:
 
 
 def solve(problem: Problem, rounds: int) -> tuple[dict[str, int], dict[str, int]]:
-    """(everything known after ``rounds`` rounds, what these rounds derived), derived in computation order."""
+    """(everything known after ``rounds`` rounds, what these rounds derived), derived in computation order.
+
+    Args:
+        problem: What the prompt states.
+        rounds: Rounds of arithmetic (each derives every quantity whose inputs are known).
+
+    Returns:
+        ``(everything known, what these rounds derived)``.
+    """
     known = {**problem.constants, **problem.facts}
     derived: dict[str, int] = {}
     for _ in range(rounds):

@@ -15,7 +15,15 @@ from mas_orchestra.bench.masbench.verification import verify
 __all__ = ["add_cli", "read_jsonl", "write_jsonl"]
 
 def write_jsonl(rows: Iterable[dict[str, Any]], path: str | Path) -> int:
-    """Write one JSON object per line (UTF-8, key order kept); returns the number of rows."""
+    """Write one JSON object per line (UTF-8, key order kept); returns the number of rows.
+
+    Args:
+        rows: The rows.
+        path: The file (replaced).
+
+    Returns:
+        The number of rows written.
+    """
     count = 0
     with Path(path).open("w", encoding="utf-8", newline="\n") as fh:
         for row in rows:
@@ -25,7 +33,14 @@ def write_jsonl(rows: Iterable[dict[str, Any]], path: str | Path) -> int:
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Read a JSONL file written by ``write_jsonl`` (blank lines are skipped)."""
+    """Read a JSONL file written by ``write_jsonl`` (blank lines are skipped).
+
+    Args:
+        path: The file.
+
+    Returns:
+        The rows.
+    """
     with Path(path).open(encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]
 

@@ -230,8 +230,19 @@ def _make_row(axis: str, value: int, split: str, seed: int, index: int) -> dict[
 def generate(axis: str, values: list[int], n: int, seed: int, split: str = "test") -> list[dict[str, Any]]:
     """``n`` problems for each of ``values`` on ``axis``; deterministic for a given ``seed``.
 
-    Raises ValueError for an unknown axis or split, a value outside ``MIN_VALUE[axis]..MAX_VALUE``, or
-    ``n < 1``.
+    Args:
+        axis: ``breadth``, ``depth``, ``horizon``, ``parallel`` or ``robustness``.
+        values: The axis values (each in ``MIN_VALUE[axis]..MAX_VALUE``).
+        n: Problems per value.
+        seed: The random seed.
+        split: ``train`` or ``test`` (the splits share no template, entity word or phrasing).
+
+    Returns:
+        Rows with ``id``, ``question``, ``answer``, ``axis``, ``value``, ``split``, the template, the targets,
+        the graph and the distractors.
+
+    Raises:
+        ValueError: An unknown axis or split, a value out of range, or ``n < 1``.
     """
     check_choice("axis", axis, AXES)
     check_choice("split", split, SPLITS)

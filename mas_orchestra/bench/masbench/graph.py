@@ -31,6 +31,7 @@ MULTI_ANSWER_AXES = frozenset({"horizon", "parallel"})
 
 
 def check_choice(what: str, got: Any, valid: Iterable[str]) -> None:
+    """Raise ``ValueError`` naming ``what`` and the valid values unless ``got`` is one of them."""
     valid = tuple(valid)
     if got not in valid:
         raise ValueError(f"unknown {what} {got!r}; valid {what}s: {', '.join(valid)}")

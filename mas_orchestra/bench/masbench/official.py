@@ -22,8 +22,8 @@ naming the file: other columns than the official ones, an unknown subset (listin
 cell that is not JSON, a row without a question or ground truth.
 
 Numbers on these rows are comparable with the paper's; numbers on our generator
-(:func:`mas_orchestra.bench.masbench.generate`, an iGSM-style re-implementation) are not (README, "Evaluation
-and MASBench").
+(:func:`mas_orchestra.bench.masbench.generate`, an iGSM-style re-implementation) are not (docs/guides/evaluation.md,
+"How its numbers relate to our generator's").
 """
 
 from __future__ import annotations
@@ -66,7 +66,14 @@ class OfficialMasbenchError(DataError):
 
 
 def is_official_source(spec: object) -> bool:
-    """Whether ``spec`` is a ``masbench-official:…`` data source string."""
+    """Whether ``spec`` is a ``masbench-official:…`` data source string.
+
+    Args:
+        spec: A data source (a path, a string, rows).
+
+    Returns:
+        True for such a string.
+    """
     return isinstance(spec, str) and spec.strip().lower().startswith(SOURCE_PREFIX)
 
 
@@ -206,7 +213,18 @@ def load_official(
 
     ``answer`` is a string, or a list of strings for a multi-answer row (split at ``<<horizon>>``). ``id`` is
     ``masbench-<axis>-<split or file stem>-<n>``, ``n`` counting the rows read (stable for a given copy).
-    Raises :class:`OfficialMasbenchError` as the module docstring says.
+
+    Args:
+        path: The dataset's root folder, a subset folder, or one parquet/JSONL file with the same columns.
+        subset: The subset (``breadth``, ``depth``, ``horizon``, ``parallel``, ``robustness``, ``combine``).
+        split: ``train`` or ``test`` (needed when a folder holds both).
+
+    Returns:
+        The rows.
+
+    Raises:
+        OfficialMasbenchError: A missing path, an unknown subset (the found ones listed), missing columns (the
+            expected ones listed) or a folder with both splits and no ``split``.
     """
     path = Path(path).expanduser()
     files, filter_rows = _resolve_files(path, subset, split)
@@ -242,6 +260,16 @@ def load_official(
 
 
 def load_official_source(spec: str) -> list[dict[str, Any]]:
-    """:func:`load_official` of a ``masbench-official:<path>[:<subset>][:split=…]`` string."""
+    """:func:`load_official` of a ``masbench-official:<path>[:<subset>][:split=…]`` string.
+
+    Args:
+        spec: The source string.
+
+    Returns:
+        The rows.
+
+    Raises:
+        OfficialMasbenchError: A malformed string, or anything :func:`load_official` refuses.
+    """
     path, subset, split = parse_official_source(spec)
     return load_official(path, subset, split=split)

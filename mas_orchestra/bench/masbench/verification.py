@@ -101,7 +101,11 @@ def _verify_row(row: dict[str, Any]) -> list[str]:
 def verify(rows: Iterable[dict[str, Any]]) -> list[str]:
     """Re-derive every answer and axis property from ``graph``/``targets``; one message per problem.
 
-    An empty list means every row is consistent.
+    Args:
+        rows: Generated rows (as :func:`~mas_orchestra.bench.masbench.generate` writes them).
+
+    Returns:
+        The problems found; an empty list means every row is consistent.
     """
     problems: list[str] = []
     seen_ids: set[str] = set()

@@ -43,6 +43,15 @@ class GrammarLimits:
     Text bounds are characters; together they bound the orchestration's length, so choose
     ``max_new_tokens`` of the orchestrator call above the worst case (roughly one token per character of
     free text in the worst case, plus ~40 tokens of markup per agent).
+
+    Attributes:
+        max_agents: Most agents an orchestration may declare.
+        thinking_chars: Characters of the plan (``<thinking>``).
+        description_chars: Characters of an agent's description.
+        input_chars: Characters of an agent's input.
+        answer_chars: Characters of a direct answer.
+        string_param_chars: Characters of a string parameter (a debate role).
+        max_list_items: Items of a list parameter (debate roles), or its minimum when larger.
     """
 
     max_agents: int = 4
@@ -63,12 +72,26 @@ class GrammarLimits:
 
 
 def agent_id(k: int) -> str:
-    """The canonical id of the k-th agent (1-based) in a constrained orchestration."""
+    """The canonical id of the k-th agent (1-based) in a constrained orchestration.
+
+    Args:
+        k: The agent's number.
+
+    Returns:
+        ``A<k>``.
+    """
     return f"A{k}"
 
 
 def lit(text: str) -> str:
-    """An EBNF string literal."""
+    """An EBNF string literal.
+
+    Args:
+        text: The literal text.
+
+    Returns:
+        The quoted, escaped literal.
+    """
     return json.dumps(text, ensure_ascii=False)
 
 
@@ -93,6 +116,7 @@ def text_rule(chars: int, *, exclude: str = "<", first_nonspace: bool = False, f
 
 
 def bounds_of(info: FieldInfo) -> dict[str, Any]:
+    """The numeric and length bounds (``ge``, ``gt``, ``le``, ``lt``, ``min_length``, ``max_length``) of a field."""
     out: dict[str, Any] = {}
     for meta in info.metadata:
         for attr, cls in (("ge", Ge), ("gt", Gt), ("le", Le), ("lt", Lt), ("min_length", MinLen),
@@ -103,6 +127,7 @@ def bounds_of(info: FieldInfo) -> dict[str, Any]:
 
 
 def unwrap_optional(annotation: Any) -> Any:
+    """``X`` for ``X | None`` (``Optional[X]``), else the annotation unchanged."""
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
@@ -196,6 +221,7 @@ def _value_grammar(kind: AgentKind, name: str, info: FieldInfo, limits: GrammarL
 
 
 def params_grammar(kind: AgentKind, limits: GrammarLimits) -> str:
+    """The grammar of a kind's ``<required_arguments>`` parameters, each within its caps."""
     parts: list[str] = []
     for name, info in kind.params.model_fields.items():
         tag = kind.xml_tag(name)
@@ -205,6 +231,7 @@ def params_grammar(kind: AgentKind, limits: GrammarLimits) -> str:
 
 
 def offered_kinds(registry: AgentRegistry | None) -> list[AgentKind]:
+    """The registry's kinds, checked to be expressible (``GrammarError`` naming a kind and parameter if not)."""
     kinds = (registry or default_registry).kinds()
     if not kinds:
         raise GrammarError("the registry offers no agent kinds; nothing to orchestrate")

@@ -32,6 +32,17 @@ def orchestration_json_schema(
 
     Ids are canonical (``A1``…), agent kinds and parameters come from the registry; the graph rules
     (edges, one sink, references) are left to the validator — JSON schema cannot state them.
+
+    Args:
+        dom: ``high`` or ``low``.
+        registry: The offered kinds and their parameters (default: the default registry).
+        limits: Caps on agents and text lengths.
+
+    Returns:
+        The schema, as a dict.
+
+    Raises:
+        GrammarError: A registered kind has a parameter the schema cannot express.
     """
     check_dom(dom)
     limits = limits or GrammarLimits()

@@ -132,10 +132,21 @@ def orchestration_grammar(
     registry: AgentRegistry | None = None,
     limits: GrammarLimits | None = None,
 ) -> str:
-    """EBNF (xgrammar / vLLM dialect, root rule ``root``) of the orchestrations the validator accepts, in one
-    piece (for backends that take one grammar per request). Local decoding uses the stages instead (see
-    :class:`~mas_orchestra.models.constraints.OrchestrationConstraint`). Raises :class:`GrammarError` when a
-    registered kind has a parameter the grammar cannot express.
+    """EBNF (xgrammar / vLLM dialect, root rule ``root``) of the orchestrations the validator accepts.
+
+    In one piece, for backends that take one grammar per request; local decoding uses the stages instead (see
+    :class:`~mas_orchestra.models.constraints.OrchestrationConstraint`).
+
+    Args:
+        dom: ``high`` or ``low``.
+        registry: The offered kinds and their parameters (default: the default registry).
+        limits: Caps on agents and text lengths (default: :class:`GrammarLimits`'s).
+
+    Returns:
+        The grammar text.
+
+    Raises:
+        GrammarError: A registered kind has a parameter the grammar cannot express.
     """
     check_dom(dom)
     limits = limits or GrammarLimits()

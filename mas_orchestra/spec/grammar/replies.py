@@ -16,7 +16,15 @@ REPLY_END = "</answer>"
 
 
 def reply_grammar(thinking_chars: int = 600, answer_chars: int = 200) -> str:
-    """EBNF of the sub-agent reply contract ``<thinking>…</thinking>`` + non-empty ``<answer>…</answer>``."""
+    """EBNF of the sub-agent reply contract ``<thinking>…</thinking>`` + non-empty ``<answer>…</answer>``.
+
+    Args:
+        thinking_chars: Characters of the reasoning at most.
+        answer_chars: Characters of the answer at most.
+
+    Returns:
+        The grammar text.
+    """
     if thinking_chars < 1 or answer_chars < 1:
         raise ValueError("thinking_chars and answer_chars must be >= 1")
     return f'root ::= "<thinking>" {text_rule(thinking_chars)} {reply_closing_grammar(REPLY_CLOSE, answer_chars)}\n'
