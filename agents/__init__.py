@@ -9,6 +9,10 @@ from typing import TYPE_CHECKING
 
 from agents.lazy import lazy_exports
 
+#: Marks this package as mas-orchestra's layer (another distribution also installs a top-level ``agents``);
+#: :func:`mas_orchestra.package_check.check_agents_package` looks for it.
+__mas_orchestra__ = True
+
 if TYPE_CHECKING:
     from agents.base import (
         Agent,

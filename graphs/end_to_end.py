@@ -24,7 +24,6 @@ need ``MAS_SERVED_ALLOW_HF_PATHS=1`` and ``vllm:`` URLs off this machine ``MAS_S
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -33,6 +32,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
 from agents.search import make_backend
+from mas_orchestra import environment
 from mas_orchestra.models.policy import ModelPolicy, keyless
 from mas_orchestra.runtime import Orchestra
 from mas_orchestra.runtime.pipeline import PipelineState, build_pipeline
@@ -54,10 +54,9 @@ def _configurable(config: RunnableConfig | None) -> Mapping[str, Any]:
 
 def served_model_policy() -> ModelPolicy:
     """The models a run's config may name (see the module docstring), read from the environment now."""
-    extra = [p.strip() for p in os.environ.get("MAS_SERVED_MODELS", "").split(",") if p.strip()]
     return ModelPolicy.with_extra(
-        extra, allow_hf_paths=os.environ.get("MAS_SERVED_ALLOW_HF_PATHS", "").lower() in _TRUE,
-        allow_remote_vllm=os.environ.get("MAS_SERVED_ALLOW_REMOTE_VLLM", "").lower() in _TRUE,
+        environment.items("MAS_SERVED_MODELS"), allow_hf_paths=environment.flag("MAS_SERVED_ALLOW_HF_PATHS"),
+        allow_remote_vllm=environment.flag("MAS_SERVED_ALLOW_REMOTE_VLLM"),
         hints={"pattern": "MAS_SERVED_MODELS='{model}' (or a pattern such as '{prefix}:*') in the server's environment",
                "python": "a server-side $MAS_ORCHESTRATOR / $MAS_SUBAGENT", "vllm": "MAS_SERVED_ALLOW_REMOTE_VLLM=1",
                "hf": "MAS_SERVED_ALLOW_HF_PATHS=1"})
@@ -81,7 +80,7 @@ def model_from_config(config: RunnableConfig | None, key: str, env: str) -> str:
     """
     value = _configurable(config).get(key)
     if value is None:
-        return os.environ.get(env, "embedded")
+        return environment.text(env, default="embedded") or "embedded"
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"configurable {key!r} must be a model string such as 'openai:gpt-4o-mini', got {value!r}")
     if value.strip().startswith("python:"):
@@ -95,7 +94,7 @@ def model_from_config(config: RunnableConfig | None, key: str, env: str) -> str:
 
 def _setup_key(config: RunnableConfig | None) -> tuple[Any, ...]:
     conf = _configurable(config)
-    dom = conf.get("dom") or os.environ.get("MAS_DOM", "high")
+    dom = conf.get("dom") or environment.text("MAS_DOM", default="high")
     numbers = tuple((name, conf.get(name)) for name in sorted(_NUMBERS))
     return (
         model_from_config(config, "orchestrator", "MAS_ORCHESTRATOR"),
@@ -133,13 +132,14 @@ def orchestra_from_config(config: RunnableConfig | None) -> Orchestra:
                     except (TypeError, ValueError):
                         raise ValueError(f"configurable {name!r} must be a number, got {value!r}") from None
             settings = RunSettings(**options)
-            search = make_backend(os.environ["MAS_SEARCH"]) if os.environ.get("MAS_SEARCH") else None
-            mcp = os.environ.get("MAS_MCP") or None  # an MCP servers file: from the environment only, never config
+            search_spec = environment.text("MAS_SEARCH")
+            search = make_backend(search_spec, cache_path=environment.search_cache_path()) if search_spec else None
+            mcp = environment.text("MAS_MCP")  # an MCP servers file: from the environment only, never config
             # A vllm: URL from the run's config gets no API key; the server's own (from its environment) does.
             conf = _configurable(config)
             models = [keyless(m, settings.call_timeout) if conf.get(name) is not None else m
                       for name, m in (("orchestrator", orchestrator), ("subagent", subagent))]
-            _cache[key] = Orchestra(*models, dom=dom, search=search, settings=settings, mcp=mcp)
+            _cache[key] = Orchestra(models[0], models[1], dom=dom, search=search, settings=settings, mcp=mcp)
         return _cache[key]
 
 
@@ -154,7 +154,7 @@ def approval_from_config(config: RunnableConfig | None) -> bool:
     """
     value = _configurable(config).get("interrupt_before_execute")
     if value is None:
-        value = os.environ.get("MAS_APPROVAL", "")
+        return environment.flag("MAS_APPROVAL")
     return value is True or str(value).strip().lower() in _TRUE
 
 

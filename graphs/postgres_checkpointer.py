@@ -13,10 +13,10 @@ and resume the served threads there (see docs/guides/postgresql.md).
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import AsyncIterator
 from typing import Any
 
+from mas_orchestra import environment
 from mas_orchestra.runtime.postgres import open_async_postgres_checkpointer
 
 __all__ = ["POSTGRES_URL_ENV", "checkpointer"]
@@ -28,7 +28,7 @@ POSTGRES_URL_ENV = "MAS_POSTGRES_URL"
 @contextlib.asynccontextmanager
 async def checkpointer() -> AsyncIterator[Any]:
     """An ``AsyncPostgresSaver`` on ``$MAS_POSTGRES_URL`` for the server's lifetime."""
-    url = os.environ.get(POSTGRES_URL_ENV, "").strip()
+    url = environment.text(POSTGRES_URL_ENV, default="") or ""
     if not url:
         raise ValueError(f"langgraph.postgres.json needs ${POSTGRES_URL_ENV}=postgresql://user:password@host:5432/db "
                          "(e.g. export MAS_POSTGRES_URL=$(bash scripts/start_postgres.sh))")

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agents.lazy import lazy_exports
+from mas_orchestra.package_check import check_agents_package
+
+check_agents_package()  # before anything from `agents`: another distribution's `agents` fails here, clearly
+
+from agents.lazy import lazy_exports  # noqa: E402
 
 if TYPE_CHECKING:
     from mas_orchestra.compile import compile_spec

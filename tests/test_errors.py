@@ -63,6 +63,13 @@ BUILTIN_BASE: dict[str, type[BaseException]] = {
     "mas_orchestra.studio.security.BodyTooLargeError": ValueError,
     "mas_orchestra.models.policy.ModelNotAllowedError": ValueError,
     "mas_orchestra.prompt_templates.PromptTemplateError": ValueError,
+    "mas_orchestra.environment.EnvironmentVariableError": ValueError,
+}
+
+# The one public error that cannot derive from MasOrchestraError: it reports that the `agents` package (where
+# MasOrchestraError lives) is another distribution's, so it is raised before anything of ours can be imported.
+IMPORT_GUARDS: dict[str, type[BaseException]] = {
+    "mas_orchestra.package_check.AgentsPackageClashError": ImportError,
 }
 
 _BUILTIN_EXCEPTIONS = {
@@ -97,7 +104,14 @@ def _resolve(qualified: str) -> type[BaseException]:
 
 
 def test_every_project_error_class_is_listed():
-    assert _exception_classes_in_source() == set(BUILTIN_BASE)
+    assert _exception_classes_in_source() == set(BUILTIN_BASE) | set(IMPORT_GUARDS)
+
+
+@pytest.mark.parametrize("qualified", sorted(IMPORT_GUARDS))
+def test_import_guards_keep_their_builtin_base(qualified):
+    cls = _resolve(qualified)
+    assert issubclass(cls, IMPORT_GUARDS[qualified])
+    assert not issubclass(cls, MasOrchestraError)  # it must not need the agents package
 
 
 @pytest.mark.parametrize("qualified", sorted(BUILTIN_BASE))

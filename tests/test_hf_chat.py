@@ -2,7 +2,7 @@
 
 The embedded model is the project's main offline path, so these tests run it for real
 (no ``slow`` mark): the GGUF is converted once per session into a temporary cache
-(``MAS_ORCHESTRA_CACHE``), and every test reuses the loaded weights.
+(``MAS_CACHE_DIR``), and every test reuses the loaded weights.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ needs_embedded = pytest.mark.skipif(
 
 @pytest.fixture(scope="session")
 def embedded_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A per-session cache root, exported as ``MAS_ORCHESTRA_CACHE``."""
+    """A per-session cache root, exported as ``MAS_CACHE_DIR``."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     root = tmp_path_factory.mktemp("mas-orchestra-cache")
     with pytest.MonkeyPatch.context() as mp:

@@ -2,7 +2,10 @@
 
 The graph is built from every import statement of ``agents``, ``mas_orchestra``, ``graphs`` and ``training``
 (top level, inside functions and methods, and ``importlib.import_module`` / ``__import__`` of a literal
-name). Imports under ``if TYPE_CHECKING:`` are left out: they never run. Third-party and standard-library
+name). Imports under ``if TYPE_CHECKING:`` never run, so the first graph leaves them out; a second graph puts
+them in, because a module that imports its own importer for type hints still depends on it (the circle is only
+hidden from the interpreter). In that second graph a package's ``__init__`` keeps leaving its ``TYPE_CHECKING``
+block out: there it only declares the lazily loaded exports for type checkers. Third-party and standard-library
 imports are left out: only our own modules are nodes.
 """
 
@@ -39,12 +42,13 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _import_names(tree: ast.AST, module: str, is_package: bool) -> Iterator[str]:
-    """Every dotted name an import of this module may load (``from X import a`` gives ``X.a`` and ``X``)."""
+def _import_names(tree: ast.AST, module: str, is_package: bool, type_hints: bool = False) -> Iterator[str]:
+    """Every dotted name an import of this module may load (``from X import a`` gives ``X.a`` and ``X``); with
+    ``type_hints`` also those under ``if TYPE_CHECKING:`` (except in a package's ``__init__``)."""
     stack: list[ast.AST] = [tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
+        if isinstance(node, ast.If) and _is_type_checking(node.test) and not (type_hints and not is_package):
             stack.extend(node.orelse)  # the body only runs under a type checker
             continue
         if isinstance(node, ast.Import):
@@ -71,14 +75,14 @@ def _import_names(tree: ast.AST, module: str, is_package: bool) -> Iterator[str]
         stack.extend(ast.iter_child_nodes(node))
 
 
-def import_graph(root: Path = REPO) -> dict[str, set[str]]:
-    """Module -> the modules of ours it imports."""
+def import_graph(root: Path = REPO, *, type_hints: bool = False) -> dict[str, set[str]]:
+    """Module -> the modules of ours it imports (``type_hints``: counting imports for type checkers too)."""
     modules = _our_modules(root)
     graph: dict[str, set[str]] = {}
     for module, path in modules.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         targets = set()
-        for name in _import_names(tree, module, path.name == "__init__.py"):
+        for name in _import_names(tree, module, path.name == "__init__.py", type_hints):
             if name in modules:
                 targets.add(name)
         targets.discard(module)
@@ -175,3 +179,36 @@ def test_the_graph_sees_imports_inside_functions_and_skips_type_checking(tmp_pat
     assert graph["agents.a"] == {"agents.b"}
     assert graph["agents.c"] == {"agents", "agents.a"}
     assert cycles(graph) == [["agents.a", "agents.b", "agents.a"]]
+
+
+def test_no_import_cycles_even_through_type_hints():
+    found = cycles(import_graph(type_hints=True))
+    assert found == [], "import cycles through TYPE_CHECKING imports:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+def test_the_type_hint_graph_sees_a_circle_hidden_behind_type_checking(tmp_path):
+    package = tmp_path / "agents"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from agents.runner import Runner\n")
+    (package / "runner.py").write_text("from agents import steps\nclass Runner:\n    pass\n")
+    (package / "steps.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from agents.runner import Runner\n")
+    assert cycles(import_graph(tmp_path)) == []  # invisible to the interpreter
+    graph = import_graph(tmp_path, type_hints=True)
+    assert graph["agents.steps"] == {"agents.runner"}
+    assert graph["agents"] == set()  # a package's lazy-export declarations are not dependencies
+    assert cycles(graph) == [["agents.runner", "agents.steps", "agents.runner"]]
+
+
+def test_orchestra_is_a_pipeline_runner():
+    import inspect
+
+    from mas_orchestra.runtime import Orchestra
+    from mas_orchestra.runtime.runner_protocol import PipelineRunner
+
+    orchestra = Orchestra("scripted:x", "scripted:y")
+    members = [name for name, _ in inspect.getmembers(PipelineRunner) if not name.startswith("_")]
+    assert {"checkpointer", "registry", "settings", "aorchestrate", "parse"} <= set(members)
+    assert [name for name in members if not hasattr(orchestra, name)] == []
+    assert inspect.iscoroutinefunction(orchestra.aorchestrate)

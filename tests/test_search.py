@@ -526,13 +526,25 @@ def test_search_cache_ttl_and_unusable_path(tmp_path: Path) -> None:
 
 def test_default_cache_path_respects_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from agents.search.web import default_cache_path
+    from mas_orchestra import environment
 
-    monkeypatch.delenv("MAS_ORCHESTRA_SEARCH_CACHE", raising=False)
+    for name in ("MAS_SEARCH_CACHE", "MAS_ORCHESTRA_SEARCH_CACHE", "MAS_CACHE_DIR", "MAS_ORCHESTRA_CACHE"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert default_cache_path() == tmp_path / "mas-orchestra" / "search.sqlite"
-    monkeypatch.setenv("MAS_ORCHESTRA_SEARCH_CACHE", str(tmp_path / "x.sqlite"))
+    # the lowest layer's default and the environment module's rule agree when no MAS_ variable is set
+    assert environment.search_cache_path() == default_cache_path()
     backend = DuckDuckGoBackend(client=FakeDDGS(DDG_ROWS), min_interval=0)
+    assert backend.cache is not None and backend.cache.path == default_cache_path()
+    monkeypatch.setenv("MAS_SEARCH_CACHE", str(tmp_path / "x.sqlite"))
+    backend = make_backend("ddg", cache_path=environment.search_cache_path(), client=FakeDDGS(DDG_ROWS),
+                           min_interval=0)
+    assert isinstance(backend, DuckDuckGoBackend)
     assert backend.cache is not None and backend.cache.path == tmp_path / "x.sqlite"
+    monkeypatch.delenv("MAS_SEARCH_CACHE")
+    monkeypatch.setenv("MAS_ORCHESTRA_SEARCH_CACHE", str(tmp_path / "old.sqlite"))
+    with pytest.warns(DeprecationWarning, match="rename it to MAS_SEARCH_CACHE"):
+        assert environment.search_cache_path() == tmp_path / "old.sqlite"
 
 
 def test_make_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

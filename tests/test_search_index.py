@@ -190,6 +190,6 @@ def test_public_import_paths_still_work() -> None:
         assert getattr(agents.search, name) is not None
     assert set(agents.search.__all__) <= set(dir(agents.search))
     assert set(backends.__all__) <= set(dir(backends))
-    for name in ("DEFAULT_CACHE_PATH", "PageFetcher", "RateLimiter", "SearchCache", "default_cache_path",
+    for name in ("PageFetcher", "RateLimiter", "SearchCache", "default_cache_path",
                  "html_to_text"):
         assert hasattr(web, name), name

@@ -401,9 +401,14 @@ def test_rollouts_prefill_in_the_training_precision_on_the_calling_thread(tiny, 
         # the first row prefills the whole prompt; the second takes it from the call's cache (one new token)
         assert prefill_dtypes[0] == (torch.bfloat16 if precision == "bfloat16" else None)
     assert results["bfloat16"].shape[0] == 2
-    monkeypatch.setenv(PREFILL_DTYPE_ENV_VAR, "float32")  # the environment overrides the trainer's choice
+    monkeypatch.setenv(PREFILL_DTYPE_ENV_VAR, "float32")  # the environment replaces the trainer's default
     model = _peft(tiny, fused=False)
-    install_batched_rollouts(model, tokenizer, prefill_precision="bfloat16")
+    install_batched_rollouts(model, tokenizer, low_precision=True)
     prefill_dtypes.clear()
     model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
     assert prefill_dtypes[0] is None
+    model = _peft(tiny, fused=False)  # an explicit argument beats the environment
+    install_batched_rollouts(model, tokenizer, prefill_precision="bfloat16")
+    prefill_dtypes.clear()
+    model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    assert prefill_dtypes[0] == torch.bfloat16

@@ -7,6 +7,7 @@ imported only by :mod:`training.grpo` when a run starts.
 
 from __future__ import annotations
 
+import mas_orchestra  # noqa: F401  -- first: it checks that `agents` is our package
 from training.records import RolloutRecord
 from training.rewards import OutcomeReward, make_outcome_reward
 

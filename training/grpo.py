@@ -25,7 +25,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-import os
 import sys
 import time
 from pathlib import Path
@@ -219,7 +218,9 @@ def _save_config(cfg: OrchestraGRPOConfig, path: Path) -> None:
 
 def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
     """Train as configured; returns a summary (paths, per-step metrics, step times, peak memory)."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from mas_orchestra import environment
+
+    environment.prefer_library_default("TOKENIZERS_PARALLELISM", "false")
     started = time.perf_counter()
     if cfg.use_vllm:
         _check_vllm(cfg)
@@ -248,8 +249,9 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
     search = None
     if cfg.search:
         from agents.search import make_backend
+        from mas_orchestra import environment
 
-        search = make_backend(cfg.search)
+        search = make_backend(cfg.search, cache_path=environment.search_cache_path())
     subagent, registry = pooled_subagents(
         cfg, orchestra_registry(search, agents=cfg.agent_kinds), lambda text: _subagent(cfg, text))
     reward_kwargs: dict[str, Any] = dict(
@@ -311,8 +313,7 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         # under bf16 a 4-bit base model decodes on its packed int4 weights (bf16 activations)
         low_precision = bool(args.bf16 and not cuda)
         stats = install_batched_rollouts(trainer.model, tokenizer, constraint, merged_sampling=cfg.merged_sampling,
-                                         prefill_precision="bfloat16" if low_precision else "float32",
-                                         decode_weights="auto" if low_precision else "float32")
+                                         low_precision=low_precision)
         trainer.decoding_stats = stats if constraint is not None else None
     elif constraint is not None and not cfg.use_vllm:
         from mas_orchestra.models.decoding import constrain_generate

@@ -60,7 +60,7 @@ async def _replay(records: list[dict[str, Any]], name: str, registry: AgentRegis
                   models: dict[str, Any]) -> list[dict[str, Any]]:
     from mas_orchestra.bench.grading import agrade
 
-    out = []
+    out: list[dict[str, Any]] = []
     for record in records:
         base = {k: record.get(k) for k in ("id", "sample", "question", "truth", "orchestration")}
         try:

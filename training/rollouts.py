@@ -17,11 +17,11 @@ prompt of a group appears ``num_generations`` times. :func:`install_batched_roll
   tensors are put back untouched afterwards, so training continues on exactly the weights it had;
 * prompts are prefilled in the precision the training forward runs in (``prefill_precision``): float32 by
   default, ``bfloat16`` when the trainer scores them under bf16 autocast (``--bf16`` on a CPU with native bf16,
-  :mod:`mas_orchestra.models.precision`); ``MAS_PREFILL_DTYPE`` overrides either;
+  :mod:`mas_orchestra.models.precision`); ``MAS_PREFILL_DTYPE`` replaces that default, an explicit argument wins;
 * decode steps read float32 weights by default; with ``decode_weights="auto"`` (what ``--bf16`` on a CPU asks
   for) a 4-bit base model's frozen layers are read as int4 with bf16 activations
   (:mod:`mas_orchestra.models.packed_weights`): the LoRA adapters then stay unmerged (a merged weight is no longer
-  4-bit) and run in float32 beside the packed base layer; ``MAS_DECODE_WEIGHTS`` overrides;
+  4-bit) and run in float32 beside the packed base layer; ``MAS_DECODE_WEIGHTS`` replaces the default;
 * the rows decode on the calling thread (:meth:`~mas_orchestra.models.batching.GenerationBatcher.run`), the one
   that runs the training step: with torch's OpenMP backend a worker thread's decode passes were slower there
   (4 rows, 900-token context: 118 ms against 142–157 ms per pass, ``benchmarks/decode_thread.py``);
@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -58,8 +57,19 @@ from mas_orchestra.models.decoding import (
     grammar_compiler,
     stop_token_ids,
 )
-from mas_orchestra.models.packed_weights import DECODE_WEIGHTS_ENV_VAR, decode_packed
-from mas_orchestra.models.precision import PREFILL_DTYPE_ENV_VAR, resolve_prefill_dtype
+from mas_orchestra.models.packed_weights import (
+    DECODE_WEIGHTS,
+    DECODE_WEIGHTS_ENV_VAR,
+    DecodeWeightsError,
+    decode_packed,
+)
+from mas_orchestra.models.precision import (
+    PREFILL_DTYPE_ENV_VAR,
+    PREFILL_PRECISIONS,
+    PrecisionError,
+    read_setting,
+    resolve_prefill_dtype,
+)
 from mas_orchestra.models.prefix_cache import PrefixCache
 from training.allocator import reuse_freed_memory
 
@@ -107,19 +117,32 @@ def _unsupported(config: Any, rest: dict[str, Any]) -> list[str]:
 
 def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None, *,
                              jump_forward: bool = True, merged_sampling: bool = True,
-                             prefill_precision: str = "float32", decode_weights: str = "float32") -> DecodingStats:
+                             prefill_precision: str | None = None, decode_weights: str | None = None,
+                             low_precision: bool = False) -> DecodingStats:
     """Make every later ``generate`` of ``model`` (TRL's rollouts, the validation runner's samples) decode
     through the batched decoder.
 
     With a ``constraint`` each row decodes under its grammar (the staged, budget-fitted decoding of
     :class:`~mas_orchestra.models.decoding.ConstrainedLogitsProcessor`). ``merged_sampling`` samples under
     :func:`sampling_policy` (eval mode, merged LoRA weights); False leaves the model as the caller has it.
-    ``prefill_precision`` (``float32`` | ``bfloat16`` | ``auto``, as ``MAS_PREFILL_DTYPE``, which overrides it) is
-    the precision prompts are prefilled in: the training forward's. ``decode_weights`` (``float32`` | ``auto`` |
-    ``int4``, as ``MAS_DECODE_WEIGHTS``, which overrides it) picks the weights decode steps read.
+    ``prefill_precision`` (``float32`` | ``bfloat16`` | ``auto``) is the precision prompts are prefilled in: the
+    training forward's. ``decode_weights`` (``float32`` | ``auto`` | ``int4``) picks the weights decode steps read.
+    Each is, in order: the argument, else ``MAS_PREFILL_DTYPE`` / ``MAS_DECODE_WEIGHTS`` (read now), else the
+    trainer's default: ``bfloat16`` / ``auto`` when ``low_precision`` (the training forward runs under bf16
+    autocast on a CPU), ``float32`` / ``float32`` otherwise.
     Returns the running :class:`~mas_orchestra.models.decoding.DecodingStats` of all calls (zeros without a
     constraint).
+
+    Raises:
+        PrecisionError: a prefill precision (argument or variable) that is not one of the valid values.
+        DecodeWeightsError: likewise for the decode weights.
     """
+    prefill_precision = read_setting(prefill_precision, field="prefill_precision", env_var=PREFILL_DTYPE_ENV_VAR,
+                                     choices=PREFILL_PRECISIONS, error=PrecisionError,
+                                     default="bfloat16" if low_precision else "float32")
+    decode_weights = read_setting(decode_weights, field="decode_weights", env_var=DECODE_WEIGHTS_ENV_VAR,
+                                  choices=DECODE_WEIGHTS, error=DecodeWeightsError,
+                                  default="auto" if low_precision else "float32")
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     original = type(inner).generate
     totals = DecodingStats()
@@ -228,10 +251,9 @@ def _batched_generate(inner: Any, tokenizer: Any, constraint: Any, input_ids: An
                                 prefix_cache=PrefixCache(identity, _CALL_CACHE_BYTES),
                                 max_batch=max(1, int(input_ids.shape[0])))
     compiler = grammar_compiler(tokenizer, int(inner.config.vocab_size), stops) if constraint is not None else None
-    # the training forward's precision unless MAS_PREFILL_DTYPE says otherwise
-    prefill_dtype = resolve_prefill_dtype(str(device), inner.dtype,
-                                          os.environ.get(PREFILL_DTYPE_ENV_VAR) or prefill_precision)
-    packed = decode_packed(inner, str(device), os.environ.get(DECODE_WEIGHTS_ENV_VAR) or decode_weights)
+    # settings resolved when the rollouts were installed (argument > environment > the trainer's default)
+    prefill_dtype = resolve_prefill_dtype(str(device), inner.dtype, prefill_precision)
+    packed = decode_packed(inner, str(device), decode_weights)
     requests, processors = [], []
     mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
     copies = int(getattr(config, "num_return_sequences", None) or 1)

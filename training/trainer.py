@@ -85,6 +85,11 @@ class OrchestraGRPOTrainer(GRPOTrainer):
         self._shared_prefix_warned: set[str] = set()
         self._zero_reward_steps: list[int] = []
 
+    @property
+    def _training(self) -> bool:
+        """Whether the model is in training mode (False before a model is attached: nothing is training)."""
+        return self.model is not None and bool(self.model.training)
+
     def _outcome_rewards(self) -> list[Any]:
         return [f for f in self.reward_funcs if hasattr(f, "pop_records")]
 
@@ -102,22 +107,22 @@ class OrchestraGRPOTrainer(GRPOTrainer):
             if not records:
                 continue  # e.g. the end-of-training summary log: nothing new to report
             metrics = summarize(records, reward.kinds)
-            if self.model.training:
+            if self._training:
                 self._watch_zero_rewards(records)
             metrics["rollouts"] = float(len(records))  # all ranks: the global generation batch
             metrics["rollout_ranks"] = float(len(set(ranks)))
             self._append_rollouts(records, ranks)
-            if not self.model.training:
+            if not self._training:
                 metrics = {f"eval_{k}": v for k, v in metrics.items()}
             logs.update(metrics)
         stats = self.decoding_stats
-        if stats is not None and self.model.training:
+        if stats is not None and self._training:
             logs["constrained/rollouts"] = float(stats.rows)
             logs["constrained/stage_switches"] = float(stats.stage_switches)
             logs["constrained/closings"] = float(stats.closings)
             logs["constrained/forced_tokens"] = float(stats.forced_tokens)
             logs["constrained/mask_seconds"] = float(stats.mask_seconds)
-        if self.profiler is not None and self.model.training:
+        if self.profiler is not None and self._training:
             logs.update(self.profiler.pop_metrics())
         super().log(logs, start_time)
 
@@ -184,7 +189,7 @@ class OrchestraGRPOTrainer(GRPOTrainer):
         if self.rollout_log is None or not self.accelerator.is_main_process:
             return
         step = self.state.global_step
-        train = self.model.training
+        train = self._training
         self.rollout_log.parent.mkdir(parents=True, exist_ok=True)
         with self.rollout_log.open("a", encoding="utf-8") as out:
             for record, rank in zip(records, ranks, strict=True):

@@ -449,11 +449,14 @@ class BM25Backend:
 _VALID_SPECS = '"bm25:<path to corpus.jsonl>", "ddg" (or "duckduckgo"), "tavily"'
 
 
-def make_backend(spec: str, **kwargs: Any) -> SearchBackend:
+def make_backend(spec: str, *, cache_path: str | os.PathLike[str] | None = None, **kwargs: Any) -> SearchBackend:
     """Build a backend from ``"bm25:<path>"``, ``"ddg"`` or ``"tavily"``.
 
     Args:
         spec: ``bm25:<corpus.jsonl>``, ``ddg`` or ``tavily``.
+        cache_path: The web backends' cache file (ignored by BM25, which reads a local corpus); mas-orchestra's
+            callers pass :func:`mas_orchestra.environment.search_cache_path` (``$MAS_SEARCH_CACHE``). ``None``:
+            :func:`~agents.search.web.default_cache_path`.
         **kwargs: Passed to the backend's constructor.
 
     Returns:
@@ -475,7 +478,7 @@ def make_backend(spec: str, **kwargs: Any) -> SearchBackend:
             )
         return BM25Backend.from_jsonl(os.path.expanduser(arg.strip()), **kwargs)
     if kind in ("ddg", "duckduckgo") and not arg:
-        return DuckDuckGoBackend(**kwargs)
+        return DuckDuckGoBackend(cache_path=cache_path, **kwargs)
     if kind == "tavily" and not arg:
-        return TavilyBackend(**kwargs)
+        return TavilyBackend(cache_path=cache_path, **kwargs)
     raise ValueError(f"unknown search backend {spec!r}; valid forms: {_VALID_SPECS}")

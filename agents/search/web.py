@@ -18,7 +18,6 @@ from typing import Any
 from agents.search.contract import MissingSearchExtraError
 
 __all__ = [
-    "DEFAULT_CACHE_PATH",
     "PageFetcher",
     "RateLimiter",
     "SearchCache",
@@ -30,19 +29,15 @@ logger = logging.getLogger(__name__)
 
 
 def default_cache_path() -> Path:
-    """The search cache file: ``$MAS_ORCHESTRA_SEARCH_CACHE`` if set, else under ``$XDG_CACHE_HOME``.
+    """The search cache file of a web backend built without ``cache_path``: ``search.sqlite`` under
+    ``$XDG_CACHE_HOME/mas-orchestra`` (``~/.cache/mas-orchestra`` without it).
 
-    The default is ``~/.cache/mas-orchestra/search.sqlite``.
+    This lowest layer reads none of mas-orchestra's own variables: the layers above pass
+    :func:`mas_orchestra.environment.search_cache_path` (which honours ``$MAS_SEARCH_CACHE`` and ``$MAS_CACHE_DIR``
+    and otherwise equals this path; a test keeps the two rules equal).
     """
-    explicit = os.environ.get("MAS_ORCHESTRA_SEARCH_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
+    base = os.environ.get("XDG_CACHE_HOME", "").strip() or "~/.cache"
     return Path(base).expanduser() / "mas-orchestra" / "search.sqlite"
-
-
-DEFAULT_CACHE_PATH = default_cache_path()
-"""The cache path at import time (the backends re-read :func:`default_cache_path` when built)."""
 
 
 class SearchCache:

@@ -38,8 +38,8 @@ def _shared_limiter(name: str, min_interval: float) -> RateLimiter:
 class _WebBackend:
     """Shared machinery: query cache, polite rate limiting, optional page fetching.
 
-    Keyword arguments of every web backend: ``cache_path`` (default ``~/.cache/mas-orchestra/
-    search.sqlite``), ``cache`` (``False`` turns caching off), ``cache_ttl`` (seconds), ``min_interval``
+    Keyword arguments of every web backend: ``cache_path`` (default :func:`~agents.search.web.default_cache_path`),
+    ``cache`` (``False`` turns caching off), ``cache_ttl`` (seconds), ``min_interval``
     (seconds between requests to the service, shared by all instances in the process unless ``limiter``
     is given), ``fetch_pages`` (replace snippets by the pages' text), ``max_page_chars``, ``http_client``
     (an ``httpx.Client``-like object for page fetching) and ``timeout`` (seconds).

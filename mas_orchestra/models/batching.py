@@ -25,7 +25,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
-import os
 import queue
 import threading
 import weakref
@@ -33,6 +32,7 @@ from concurrent.futures import Future, InvalidStateError, wait
 from dataclasses import dataclass, field
 from typing import Any
 
+from mas_orchestra import environment
 from mas_orchestra.errors import GrammarError, MasOrchestraError
 from mas_orchestra.models.packed_weights import packed_decoding
 from mas_orchestra.models.precision import MIN_BF16_PREFILL_TOKENS, cast_cache, prefill_autocast
@@ -126,7 +126,7 @@ def prefer_grouped_query_attention(device: str) -> None:
     mask for GQA. An explicit setting in the environment wins.
     """
     if str(device).startswith("cpu"):
-        os.environ.setdefault(FORCE_GQA_ENV_VAR, "1")
+        environment.prefer_library_default(FORCE_GQA_ENV_VAR, "1")
 
 
 def supports_batching(cache: Any) -> bool:

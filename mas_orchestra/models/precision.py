@@ -30,12 +30,12 @@ Imports torch lazily.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from mas_orchestra import environment
 from mas_orchestra.errors import MasOrchestraError
 
 __all__ = [
@@ -72,14 +72,10 @@ def cpu_has_native_bf16() -> bool:
 
 
 def read_setting(setting: str | None, *, field: str, env_var: str, choices: tuple[str, ...],
-                 error: type[MasOrchestraError]) -> str:
-    """``setting``, else ``env_var``'s value, else ``auto``, lower-cased; ``error`` names the field (or the
+                 error: type[MasOrchestraError], default: str = "auto") -> str:
+    """``setting``, else ``env_var``'s value, else ``default``, lower-cased; ``error`` names the field (or the
     variable) and the valid ``choices`` when it is none of them."""
-    value = (setting or os.environ.get(env_var, "") or "auto").strip().lower()
-    if value not in choices:
-        where = field if setting else env_var
-        raise error(f"{where}={value!r}: valid values are {', '.join(choices)}")
-    return value
+    return environment.choice(env_var, setting, field=field, choices=choices, default=default, error=error)
 
 
 def _setting(setting: str | None) -> str:

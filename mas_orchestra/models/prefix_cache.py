@@ -16,12 +16,12 @@ Tensors are treated as values: nothing writes into a stored tensor (the decode l
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from mas_orchestra import environment
 from mas_orchestra.errors import MasOrchestraError
 
 __all__ = [
@@ -49,7 +49,7 @@ def budget_bytes(env_var: str, default_mib: int) -> int:
     """A byte budget given in MiB by ``env_var`` (``default_mib`` when unset; ``0`` turns the feature off).
 
     Args:
-        env_var: The variable holding MiB.
+        env_var: The variable holding MiB (declared in :mod:`mas_orchestra.environment`).
         default_mib: MiB when it is unset.
 
     Returns:
@@ -58,17 +58,7 @@ def budget_bytes(env_var: str, default_mib: int) -> int:
     Raises:
         PrefixCacheError: Not a non-negative number (a ``ValueError`` naming the variable).
     """
-    raw = os.environ.get(env_var, "").strip()
-    if not raw:
-        return default_mib * 2**20
-    try:
-        mib = float(raw)
-    except ValueError:
-        mib = -1.0
-    if mib < 0:
-        raise PrefixCacheError(
-            f"{env_var}={raw!r} is not a size in MiB (>= 0); e.g. {default_mib}, or 0 to turn it off")
-    return int(mib * 2**20)
+    return environment.mebibytes(env_var, default_mib, error=PrefixCacheError)
 
 
 def prefix_cache_bytes() -> int:

@@ -12,8 +12,8 @@ loaded; a later prompt then prefills only what differs (the question).
 * **What is written.** A prompt is written only when no stored prefix covered at least half of it (so each run
   of the same instructions does not write another copy), atomically (a temporary file, then a rename).
 * **Bounds.** ``MAS_PREFIX_STORE_MB`` (default 512; ``0`` turns the store off) per model folder; the least
-  recently used files go first. ``MAS_PREFIX_STORE_DIR`` sets the root (default
-  ``~/.cache/mas-orchestra/prefixes``). A file that cannot be read is deleted with a warning.
+  recently used files go first. ``MAS_PREFIX_STORE_DIR`` sets the root (default ``prefixes`` under
+  :func:`mas_orchestra.environment.cache_root`). A file that cannot be read is deleted with a warning.
 
 Imports torch and safetensors lazily.
 """
@@ -28,6 +28,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from mas_orchestra import environment
 from mas_orchestra.models.prefix_cache import budget_bytes
 
 __all__ = [
@@ -71,8 +72,8 @@ class PrefixStore:
 
     def __init__(self, identity: str, fingerprint: str, *, root: str | Path | None = None,
                  max_bytes: int | None = None) -> None:
-        base = Path(root or os.environ.get(PREFIX_STORE_DIR_ENV_VAR) or Path.home() / ".cache" / "mas-orchestra"
-                    / "prefixes").expanduser()
+        configured = environment.text(PREFIX_STORE_DIR_ENV_VAR, None if root is None else str(root))
+        base = Path(configured).expanduser() if configured else environment.cache_root() / "prefixes"
         digest = hashlib.sha256(f"{identity}|{fingerprint}".encode()).hexdigest()[:24]
         self.folder = base / digest
         if max_bytes is None:

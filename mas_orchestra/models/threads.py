@@ -19,6 +19,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 
+from mas_orchestra import environment
 from mas_orchestra.errors import MasOrchestraError
 
 __all__ = ["THREADS_ENV_VAR", "TorchThreadsError", "default_torch_threads", "torch_threads", "usable_cores"]
@@ -31,16 +32,7 @@ class TorchThreadsError(MasOrchestraError, ValueError):
 
 
 def _positive(name: str) -> int | None:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise TorchThreadsError(f"{name}={raw!r} is not a positive integer; set it to e.g. 1, or unset it")
-    return value
+    return environment.positive_int(name, error=TorchThreadsError)
 
 
 def usable_cores() -> int:

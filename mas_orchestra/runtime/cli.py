@@ -135,8 +135,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         if args.search:
             from agents.search import make_backend
+            from mas_orchestra import environment
 
-            search = make_backend(args.search)
+            search = make_backend(args.search, cache_path=environment.search_cache_path())
         orchestra = Orchestra(
             orchestrator=args.orchestrator, subagent=subagent_from_args(args.subagent), dom=args.dom, search=search,
             mcp=args.mcp, subagent_defaults=dict(_pairs(args.subagent_default, "--subagent-default")) or None,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import patch_config
@@ -29,10 +29,8 @@ from langgraph.types import interrupt
 from agents.base import AgentResult, Usage, model_name_of
 from mas_orchestra.compile import compile_spec
 from mas_orchestra.errors import CompileError, SpecError
+from mas_orchestra.runtime.runner_protocol import PipelineRunner
 from mas_orchestra.spec import GraphSpec, spec_from_data
-
-if TYPE_CHECKING:
-    from mas_orchestra.runtime.orchestra import Orchestra
 
 __all__ = ["PipelineState", "build_pipeline", "review_decision", "setup_of"]
 
@@ -57,7 +55,7 @@ class PipelineState(TypedDict, total=False):
     usage: dict[str, Any]  # sub-agent calls and tokens of all node results
 
 
-def setup_of(orchestra: Orchestra) -> dict[str, str]:
+def setup_of(orchestra: PipelineRunner) -> dict[str, str]:
     """What a thread must be resumed with: the model names and the DoM (the spec lives in the thread)."""
     return {
         "orchestrator": model_name_of(orchestra.orchestrator),
@@ -66,7 +64,7 @@ def setup_of(orchestra: Orchestra) -> dict[str, str]:
     }
 
 
-def review_decision(value: Any, orchestra: Orchestra) -> tuple[str, GraphSpec | None, str]:
+def review_decision(value: Any, orchestra: PipelineRunner) -> tuple[str, GraphSpec | None, str]:
     """Read a resume value given at the approval interrupt.
 
     Args:
@@ -131,13 +129,14 @@ _CLEAN: dict[str, Any] = {
 
 
 def build_pipeline(
-    resolve: Callable[[RunnableConfig], Orchestra],
+    resolve: Callable[[RunnableConfig], PipelineRunner],
     *,
     checkpointer: Any = None,
     approval: Callable[[RunnableConfig], bool] | bool = False,
     name: str = "mas-orchestra",
 ) -> CompiledStateGraph:
-    """Compile the end-to-end graph. ``resolve(config)`` gives the :class:`Orchestra` of a run.
+    """Compile the end-to-end graph. ``resolve(config)`` gives the runner (an :class:`Orchestra`, any
+    :class:`~mas_orchestra.runtime.runner_protocol.PipelineRunner`) of a run.
 
     ``approval`` (a bool, or a function of the run's config) turns on the interrupt before ``execute``;
     interrupts need a checkpointer (a LangGraph server supplies its own).

@@ -12,7 +12,7 @@ import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from langgraph.types import Command
 
@@ -28,11 +28,9 @@ from mas_orchestra.runtime.postgres import (
     postgres_error,
     redact_url,
 )
+from mas_orchestra.runtime.runner_protocol import PipelineRunner
 from mas_orchestra.spec import spec_from_data
 from mas_orchestra.status import Status
-
-if TYPE_CHECKING:
-    from mas_orchestra.runtime.orchestra import Orchestra
 
 __all__ = ["NO_RESUME", "finished_nodes", "thread_differences", "thread_events"]
 
@@ -88,7 +86,7 @@ def _store_name(checkpointer: Any) -> str:
     return f"{type(checkpointer).__name__}({conn!r})" if conn is not None else type(checkpointer).__name__
 
 
-def _postgres_url_of(orchestra: Orchestra) -> str:
+def _postgres_url_of(orchestra: PipelineRunner) -> str:
     """A URL naming the database of a saver passed as an object (its connection's parameters, no password)."""
     info = getattr(getattr(orchestra.checkpointer, "conn", None), "info", None)
     if info is None:
@@ -96,7 +94,7 @@ def _postgres_url_of(orchestra: Orchestra) -> str:
     return f"postgresql://{info.user}@{info.host}:{info.port}/{info.dbname}"
 
 
-def _fill(run: RunRecord, values: Mapping[str, Any], orchestra: Orchestra) -> None:
+def _fill(run: RunRecord, values: Mapping[str, Any], orchestra: PipelineRunner) -> None:
     """Copy a thread's stored state into the run record (results from the checkpoint, not from calls)."""
     run.orchestration = values.get("orchestration") or run.orchestration
     if values.get("spec"):
@@ -166,7 +164,7 @@ def finished_nodes(checkpointer: Any, thread_id: str) -> dict[str, AgentResult]:
 
 
 async def thread_events(
-    orchestra: Orchestra, run: RunRecord, child: Any, thread_id: str | None, resume: Any, fork_from: str | None
+    orchestra: PipelineRunner, run: RunRecord, child: Any, thread_id: str | None, resume: Any, fork_from: str | None
 ) -> AsyncIterator[dict[str, Any]]:
     """The events of one checkpointed run (see :meth:`Orchestra.astream`)."""
     thread_id = thread_id or f"mas-{uuid.uuid4().hex[:12]}"
@@ -201,7 +199,7 @@ async def thread_events(
 
 
 async def _start(
-    graph: Any, config: dict[str, Any], run: RunRecord, orchestra: Orchestra, setup: dict[str, str],
+    graph: Any, config: dict[str, Any], run: RunRecord, orchestra: PipelineRunner, setup: dict[str, str],
     resume: Any, fork_from: str | None,
 ) -> Any:
     """What to stream: new input, ``None`` (resume), a ``Command(resume=…)``, or a ready outcome event."""
@@ -252,7 +250,7 @@ async def _start(
 
 
 async def _stream(
-    graph: Any, config: dict[str, Any], run: RunRecord, command: Any, orchestra: Orchestra
+    graph: Any, config: dict[str, Any], run: RunRecord, command: Any, orchestra: PipelineRunner
 ) -> AsyncIterator[dict[str, Any]]:
     try:
         async for namespace, mode, chunk in graph.astream(

@@ -113,10 +113,27 @@ class GraphSpec(BaseModel):
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> GraphSpec:
         registry = (info.context or {}).get("registry") if info is not None else None
+        self._drop_duplicate_edges()
         problems = check_spec(self, registry or default_registry)
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    def _drop_duplicate_edges(self) -> None:
+        """Keep each edge once: a repeated edge is a harmless redundancy, recorded as a warning."""
+        seen: set[tuple[str, str]] = set()
+        kept = []
+        for i, e in enumerate(self.edges, 1):
+            if (e.source, e.target) in seen:
+                self.warnings.append(SpecWarning(
+                    kind="duplicate_edge", location=f"edge {i}",
+                    message=f"{e.source} -> {e.target} listed again; kept once",
+                ))
+                continue
+            seen.add((e.source, e.target))
+            kept.append(e)
+        if len(kept) != len(self.edges):
+            self.edges = kept
 
     # -- conveniences -------------------------------------------------------------------------
 

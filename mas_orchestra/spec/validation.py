@@ -1,27 +1,85 @@
 """The structural rules of a spec: every violation, each with its location.
 
-:func:`check_spec` is what :class:`~mas_orchestra.spec.model.GraphSpec` runs when it is built; it reads the
-spec's fields only, so this module needs the model's type for annotations alone.
+:func:`check_spec` is what :class:`~mas_orchestra.spec.model.GraphSpec` runs when it is built. It reads the
+spec's fields (normalising each node's kind name and parameters, filling in the sink), so it takes any
+:class:`SpecShape`: this module does not import the model that imports it, not even for type hints.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
 from mas_orchestra.registry import AgentRegistry
 from mas_orchestra.spec.limits import ID_RE, MARKUP_RE, RESERVED_IDS, THINKING_CLOSE_RE, references
-from mas_orchestra.spec.warnings import SpecWarning
 
-if TYPE_CHECKING:
-    from mas_orchestra.spec.model import GraphSpec
-
-__all__ = ["check_spec", "problems_of", "topological_order"]
+__all__ = ["EdgeShape", "NodeShape", "SpecShape", "check_spec", "problems_of", "topological_order"]
 
 
-def topological_order(spec: GraphSpec) -> tuple[list[str], set[str]]:
+class NodeShape(Protocol):
+    """The fields of a spec node the rules read; ``agent`` and ``params`` are normalised in place."""
+
+    agent: str
+    params: dict[str, Any]
+
+    @property
+    def id(self) -> str:
+        """The node's id."""
+
+    @property
+    def input(self) -> str:
+        """The node's input text (may reference ``${id}`` of earlier nodes)."""
+
+    @property
+    def description(self) -> str:
+        """The node's short purpose."""
+
+
+class EdgeShape(Protocol):
+    """The two ends of a spec edge."""
+
+    @property
+    def source(self) -> str:
+        """The id the edge starts at."""
+
+    @property
+    def target(self) -> str:
+        """The id the edge ends at."""
+
+
+class SpecShape(Protocol):
+    """The fields of a spec the rules read; :class:`~mas_orchestra.spec.model.GraphSpec` has them.
+
+    ``sink`` is filled in when the spec leaves it out.
+    """
+
+    sink: str | None
+
+    @property
+    def nodes(self) -> Sequence[NodeShape]:
+        """The agent nodes."""
+
+    @property
+    def edges(self) -> Sequence[EdgeShape]:
+        """The edges between them."""
+
+    @property
+    def direct_answer(self) -> str | None:
+        """The answer of a spec without agents (``None`` otherwise)."""
+
+    @property
+    def thinking(self) -> str:
+        """The orchestrator's reasoning before the spec."""
+
+    @property
+    def dom(self) -> str:
+        """The degree of multi-agentness it was written for."""
+
+
+def topological_order(spec: SpecShape) -> tuple[list[str], set[str]]:
     """Kahn's order over declared nodes; the second value holds nodes left on cycles.
 
     Args:
@@ -50,7 +108,7 @@ def topological_order(spec: GraphSpec) -> tuple[list[str], set[str]]:
     return order, known - set(order)
 
 
-def _find_cycle(spec: GraphSpec, remaining: set[str]) -> list[str]:
+def _find_cycle(spec: SpecShape, remaining: set[str]) -> list[str]:
     """One cycle among ``remaining`` nodes (iterative, so a deep graph cannot overflow the stack)."""
     succ: dict[str, list[str]] = defaultdict(list)
     for e in spec.edges:
@@ -66,7 +124,7 @@ def _find_cycle(spec: GraphSpec, remaining: set[str]) -> list[str]:
         path.append(nxt)
 
 
-def _ancestors(spec: GraphSpec, order: list[str]) -> dict[str, set[str]]:
+def _ancestors(spec: SpecShape, order: list[str]) -> dict[str, set[str]]:
     preds: dict[str, set[str]] = defaultdict(set)
     for e in spec.edges:
         preds[e.target].add(e.source)
@@ -80,7 +138,7 @@ def _ancestors(spec: GraphSpec, order: list[str]) -> dict[str, set[str]]:
     return result
 
 
-def check_spec(spec: GraphSpec, registry: AgentRegistry) -> list[str]:
+def check_spec(spec: SpecShape, registry: AgentRegistry) -> list[str]:
     """Every violation of the spec rules, each with its location (empty list = valid).
 
     Normalises as it goes: agent aliases become canonical kind names, parameters are validated
@@ -147,7 +205,6 @@ def check_spec(spec: GraphSpec, registry: AgentRegistry) -> list[str]:
             problems.append("low DoM allows no edges")
 
     known = set(ids)
-    _drop_duplicate_edges(spec)
     for i, e in enumerate(spec.edges, 1):
         where = f"edge {i} ({e.source} -> {e.target})"
         for end, value in (("from", e.source), ("to", e.target)):
@@ -188,22 +245,6 @@ def check_spec(spec: GraphSpec, registry: AgentRegistry) -> list[str]:
                     f"add <from>{ref}</from><to>{node.id}</to>"
                 )
     return problems
-
-
-def _drop_duplicate_edges(spec: GraphSpec) -> None:
-    """Keep each edge once: a repeated edge is a harmless redundancy, recorded as a warning."""
-    seen: set[tuple[str, str]] = set()
-    kept = []
-    for i, e in enumerate(spec.edges, 1):
-        if (e.source, e.target) in seen:
-            spec.warnings.append(SpecWarning(
-                kind="duplicate_edge", location=f"edge {i}", message=f"{e.source} -> {e.target} listed again; kept once"
-            ))
-            continue
-        seen.add((e.source, e.target))
-        kept.append(e)
-    if len(kept) != len(spec.edges):
-        spec.edges = kept
 
 
 def problems_of(exc: ValidationError) -> list[str]:

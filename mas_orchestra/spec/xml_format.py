@@ -15,16 +15,14 @@ import bisect
 import json
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mas_orchestra.errors import SpecError
 from mas_orchestra.registry import AgentRegistry, default_registry
 from mas_orchestra.spec.json_format import read_json_spec
 from mas_orchestra.spec.limits import ID_RE, MARKUP_RE, MAX_NODES, MAX_TEXT_CHARS, Dom
+from mas_orchestra.spec.validation import SpecShape
 from mas_orchestra.spec.warnings import line_of
-
-if TYPE_CHECKING:
-    from mas_orchestra.spec.model import GraphSpec
 
 __all__ = ["NO_ORCHESTRATION", "detect_dom", "read_orchestration", "spec_to_xml"]
 
@@ -414,7 +412,7 @@ def _param_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def spec_to_xml(spec: GraphSpec, *, registry: AgentRegistry | None = None) -> str:
+def spec_to_xml(spec: SpecShape, *, registry: AgentRegistry | None = None) -> str:
     """Write a spec in the orchestration text format of its DoM; parsing it gives the spec back.
 
     Args:

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from mas_orchestra import environment
 from mas_orchestra.errors import MissingExtraError
 from mas_orchestra.models.policy import ModelPolicy
 from mas_orchestra.models.resolve import MODEL_FORMS
@@ -311,17 +312,11 @@ def _from_environment() -> Starlette:
     The token is ``$MAS_STUDIO_TOKEN`` or, without it, a random one written to stderr (the LangGraph server's
     log) as the path to open on that server.
     """
-    def paths(name: str) -> list[str]:
-        return [p for p in os.environ.get(name, "").split(os.pathsep) if p]
-
-    def items(name: str) -> list[str]:
-        return [p.strip() for p in os.environ.get(name, "").split(",") if p.strip()]
-
-    token = os.environ.get(TOKEN_ENV) or None
+    token = environment.text(TOKEN_ENV)
     app = create_app(
-        paths("MAS_STUDIO_RUNS"), os.environ.get("MAS_STUDIO_DB", DEFAULT_DB), paths("MAS_STUDIO_DATA"),
-        token=token, allowed_hosts=items("MAS_STUDIO_ALLOW_HOSTS"),
-        models=studio_model_policy(items("MAS_STUDIO_ALLOW_MODELS")),
+        environment.paths("MAS_STUDIO_RUNS"), environment.text("MAS_STUDIO_DB", default=DEFAULT_DB) or DEFAULT_DB,
+        environment.paths("MAS_STUDIO_DATA"), token=token, allowed_hosts=environment.items("MAS_STUDIO_ALLOW_HOSTS"),
+        models=studio_model_policy(environment.items("MAS_STUDIO_ALLOW_MODELS")),
     )
     if token is None:
         print(f"mas-orchestra studio: open /?token={app.state.token} on this server (set {TOKEN_ENV} to choose "

@@ -7,7 +7,6 @@ It prints ``http://127.0.0.1:<port>/?token=<token>``: opening that URL is how th
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
@@ -21,6 +20,7 @@ def _cmd_studio(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
+        from mas_orchestra import environment
         from mas_orchestra.studio.app import create_app
         from mas_orchestra.studio.security import TOKEN_ENV, StudioLimits, is_loopback_host, studio_model_policy
     except ImportError as exc:
@@ -28,7 +28,7 @@ def _cmd_studio(args: argparse.Namespace) -> int:
         error = exc if isinstance(exc, MissingExtraError) else missing
         print(f"error: {error}", file=sys.stderr)
         return 2
-    token = args.token or os.environ.get(TOKEN_ENV) or None
+    token = args.token or environment.text(TOKEN_ENV)
     local = is_loopback_host(args.host)
     if not local and token is None:
         print(f"error: --host {args.host} serves the studio to other machines; give it a token you chose "

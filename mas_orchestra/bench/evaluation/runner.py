@@ -409,8 +409,9 @@ async def _run_pending(
     models = _ModelCache()
     if isinstance(search, str):
         from agents.search import make_backend
+        from mas_orchestra import environment
 
-        search = make_backend(search)
+        search = make_backend(search, cache_path=environment.search_cache_path())
     judge_model = models(judge) if grader == "judge" else None
     runner = _make_runner(
         orchestrator=orchestrator, subagent=subagent, dom=dom, baseline=baseline, search=search, settings=settings,

@@ -4,12 +4,14 @@ Math-Verify runs with its own (signal based, main-thread only) timeouts disabled
 time itself by running the check in a persistent worker subprocess that is killed when ``timeout``
 expires (the check is then False). A process, not a thread, because sympy can sit inside one C call that
 never releases the GIL (``9^{9^{9^9}}``), which no thread timeout can interrupt. This makes grading safe
-from any thread and inside a running event loop. Set ``MAS_ORCHESTRA_GRADING_BACKEND=thread`` to use a
+from any thread and inside a running event loop. Set ``MAS_GRADING_BACKEND=thread`` to use a
 daemon thread instead (no subprocess; a runaway computation then keeps burning CPU in the background), and
-``MAS_ORCHESTRA_GRADING_WORKERS`` for the number of worker processes (default ``min(4, cpus)``).
+``MAS_GRADING_WORKERS`` for the number of worker processes (default ``min(4, cpus)``); both are read at the first
+check, not at import.
 
-This file imports only the standard library: each worker loads it by path in a bare interpreter (see
-:class:`_Worker`), and ``math_verify`` is imported in the worker (or lazily, in thread mode).
+At module level this file imports only the standard library: each worker loads it by path in a bare interpreter
+(see :class:`_Worker`); :mod:`mas_orchestra.environment` is imported in the parent only, when it reads the two
+variables, and ``math_verify`` is imported in the worker (or lazily, in thread mode).
 """
 
 from __future__ import annotations
@@ -243,15 +245,29 @@ _POOL: _WorkerPool | None = None
 _POOL_LOCK = threading.Lock()
 
 
-_USE_THREADS = os.environ.get("MAS_ORCHESTRA_GRADING_BACKEND", "").lower() == "thread" or os.name != "posix"
+#: Whether checks run in threads: ``None`` until the first check reads ``MAS_GRADING_BACKEND``; set to True for
+#: the rest of the process when workers cannot start.
+_USE_THREADS: bool | None = None
+
+
+def _use_threads() -> bool:
+    global _USE_THREADS
+    if _USE_THREADS is None:
+        from mas_orchestra import environment
+
+        backend = environment.choice("MAS_GRADING_BACKEND", None, field="backend", choices=("process", "thread"),
+                                     default="process")
+        _USE_THREADS = backend == "thread" or os.name != "posix"
+    return _USE_THREADS
 
 
 def _pool() -> _WorkerPool:
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
-            default = min(4, os.cpu_count() or 1)
-            size = int(os.environ.get("MAS_ORCHESTRA_GRADING_WORKERS", default))
+            from mas_orchestra import environment
+
+            size = environment.positive_int("MAS_GRADING_WORKERS") or min(4, os.cpu_count() or 1)
             _POOL = _WorkerPool(size)
             atexit.register(_POOL.close)
         return _POOL
@@ -281,7 +297,7 @@ def _verify_in_thread(pairs: list[list[str]], timeout: float) -> bool:
 def verify_bounded(pairs: list[list[str]], timeout: float) -> bool:
     """Math-Verify ``pairs`` within ``timeout`` seconds (after worker start-up); False on timeout."""
     global _USE_THREADS
-    if _USE_THREADS:
+    if _use_threads():
         return _verify_in_thread(pairs, timeout)
     pool = _pool()
     try:
