@@ -23,10 +23,11 @@ from langchain_core.runnables.config import ensure_config
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.errors import MasOrchestraError
-from agents.prompts import render
+from agents.prompts import render, worked_examples
 
 __all__ = [
     "DEFAULT_TEMPERATURE",
+    "FORMAT_PLACEHOLDERS",
     "FORMAT_RETRY_TAG",
     "Agent",
     "AgentResult",
@@ -43,6 +44,7 @@ __all__ = [
     "ask",
     "bind_tools",
     "call_kwargs",
+    "is_format_echo",
     "message_text",
     "model_name_of",
     "parse_reply",
@@ -208,13 +210,43 @@ def _json_reply(text: str) -> ParsedReply | None:
     return ParsedReply(thinking=str(data.get("thinking") or "").strip(), answer=answer, raw=text)
 
 
-def parse_reply(text: str) -> ParsedReply | None:
-    """Find thinking and answer in a model reply, or ``None`` when no answer can be located.
+def _words(text: str) -> str:
+    """Lower-case words and digits only, single-spaced: how an echo is compared with the format's wording."""
+    return " ".join(re.sub(r"[^\w]+", " ", text.lower()).split())
 
-    Lenient in the ways real models deviate: tag case and spacing, an unclosed ``<answer>``, a
-    missing ``<thinking>``; as fallbacks an ``Answer: …`` line or a final ``\\boxed{}``. A JSON object
-    ``{"thinking", "answer"}`` (what JSON-schema constrained APIs return) is read too.
+
+#: The placeholder wording reply formats used to carry between the tags (and close variants). A small model
+#: copies whatever stands there, so an answer that is only this wording answers nothing. The shipped templates
+#: now show worked examples instead (:func:`agents.prompts.worked_examples`).
+FORMAT_PLACEHOLDERS: frozenset[str] = frozenset(_words(p) for p in (
+    "your final answer only", "your final answer", "the correct final answer only", "the correct final answer",
+    "final answer only", "final answer", "the final answer", "your answer", "answer",
+    "your step-by-step reasoning", "your improved step-by-step reasoning", "your reasoning",
+    "your feedback on the attempt", "your evaluation of the arguments",
+    "True if the attempt's answer is correct, otherwise False",
+    "your reasoning, citing the result numbers you used", "your reasoning, using the tool results",
+    "which results matter and why", "the condensed facts with their result numbers",
+))
+
+
+def is_format_echo(thinking: str, answer: str) -> bool:
+    """Whether a parsed reply repeats the reply format instead of answering.
+
+    True when the answer is blank, is the format's placeholder wording (:data:`FORMAT_PLACEHOLDERS`,
+    compared case- and punctuation-insensitively), or when thinking and answer together are a verbatim copy of
+    a worked example from the reply instructions (:func:`agents.prompts.worked_examples`). An answer that only
+    equals an example's answer, with reasoning of its own, is not an echo: it may be right.
     """
+    said = _words(answer)
+    if not said or said in FORMAT_PLACEHOLDERS:
+        return True
+    reasoning = _words(thinking)
+    return any(said == _words(ex_answer) and reasoning == _words(ex_thinking)
+               for ex_thinking, ex_answer in worked_examples())
+
+
+def _find_reply(text: str) -> ParsedReply | None:
+    """Thinking and answer located in a reply, echo or not (see :func:`parse_reply`)."""
     if not isinstance(text, str):
         text = str(text)
     as_json = _json_reply(text)
@@ -230,6 +262,22 @@ def parse_reply(text: str) -> ParsedReply | None:
     if answer is None or not answer.strip():
         return None
     return ParsedReply(thinking=thinking.strip(), answer=answer.strip(), raw=text)
+
+
+def parse_reply(text: str) -> ParsedReply | None:
+    """Find thinking and answer in a model reply, or ``None`` when no answer can be located.
+
+    Lenient in the ways real models deviate: tag case and spacing, an unclosed ``<answer>``, a
+    missing ``<thinking>``; as fallbacks an ``Answer: …`` line or a final ``\\boxed{}``. A JSON object
+    ``{"thinking", "answer"}`` (what JSON-schema constrained APIs return) is read too. An answer that only
+    repeats the reply format — blank, the format's placeholder wording, or a verbatim copy of the instructions'
+    worked example (:func:`is_format_echo`) — is no answer: ``None``, so the caller re-asks as for any other
+    format failure.
+    """
+    found = _find_reply(text)
+    if found is None or is_format_echo(found.thinking, found.answer):
+        return None
+    return found
 
 
 def model_name_of(model: Any) -> str:
@@ -395,12 +443,14 @@ async def ask(
         usage.record(name, reply)
         usage.format_retries += 1 if attempt else 0
         reply_text = message_text(reply)
-        parsed = parse_reply(reply_text)
-        if parsed is not None:
-            return parsed
-        messages = [*messages, AIMessage(content=reply_text), HumanMessage(content=render("format_reminder"))]
+        found = _find_reply(reply_text)
+        if found is not None and not is_format_echo(found.thinking, found.answer):
+            return found
+        # An echo of the format gets a reminder that says so; a reply without an answer, the format again.
+        reminder = render("echo_reminder" if found is not None else "format_reminder")
+        messages = [*messages, AIMessage(content=reply_text), HumanMessage(content=reminder)]
     raise SubAgentFormatError(
-        f"model {name!r} gave no parseable <answer> after {settings.format_retries + 1} tries; "
+        f"model {name!r} gave no parseable <answer> of its own after {settings.format_retries + 1} tries; "
         f"last reply began: {reply_text[:120]!r}",
         last_reply=reply_text,
     )

@@ -81,32 +81,51 @@ def _example(dom: str, registry: AgentRegistry) -> str:
             },
             registry=registry,
         )
-    else:
-        first = _example_kind(registry, "cot")
-        second = _example_kind(registry, "sc", "cot")
-        combine = _example_kind(registry, "cot")
-        second_node: dict[str, object] = {
-            "id": "A2", "agent": second.name, "description": "Second part", "input": "Solve the second part.",
-        }
-        if second.name == "sc":
-            second_node["params"] = {"samples": 3}
-        nodes: list[dict[str, object]] = [
-            {"id": "A1", "agent": first.name, "description": "First part", "input": "Solve the first part."},
-            second_node,
-            {"id": "A3", "agent": combine.name, "description": "Combine",
-             "input": "Combine ${A1} and ${A2} into the final answer."},
-        ]
-        for item in nodes:
-            if item["agent"] in _EXAMPLE_PARAMS and "params" not in item:
-                item["params"] = _EXAMPLE_PARAMS[str(item["agent"])]
-        spec = spec_from_data(
-            {
-                "thinking": "Two independent parts; solve them separately, then combine.",
-                "nodes": nodes,
-                "edges": [{"source": "A1", "target": "A3"}, {"source": "A2", "target": "A3"}],
-            },
-            registry=registry,
-        )
+        return spec.to_xml(registry=registry)
+    # Two shapes, the single agent last: a plan is sized to its task, not copied from one fixed example.
+    return (f"For a task with independent parts:\n{_parts_example(registry)}\n\n"
+            f"For a one-step task (one fact or one calculation), one agent gets the whole task:\n"
+            f"{_single_example(registry)}")
+
+
+def _single_example(registry: AgentRegistry) -> str:
+    """One agent with an empty input (the whole task): the plan a one-fact or one-step question needs."""
+    solver = _example_kind(registry, "cot")
+    node: dict[str, object] = {"id": "A1", "agent": solver.name, "description": "Answer the task", "input": ""}
+    if solver.name in _EXAMPLE_PARAMS:
+        node["params"] = _EXAMPLE_PARAMS[solver.name]
+    spec = spec_from_data({"thinking": "One step; a single agent solves the whole task.", "nodes": [node]},
+                          registry=registry)
+    return spec.to_xml(registry=registry)
+
+
+def _parts_example(registry: AgentRegistry) -> str:
+    """Two parts solved separately and combined: the shape of a task that is worth splitting."""
+    first = _example_kind(registry, "cot")
+    second = _example_kind(registry, "sc", "cot")
+    combine = _example_kind(registry, "cot")
+    second_node: dict[str, object] = {
+        "id": "A2", "agent": second.name, "description": "Second part", "input": "Solve the second part.",
+    }
+    if second.name == "sc":
+        second_node["params"] = {"samples": 3}
+    nodes: list[dict[str, object]] = [
+        {"id": "A1", "agent": first.name, "description": "First part", "input": "Solve the first part."},
+        second_node,
+        {"id": "A3", "agent": combine.name, "description": "Combine",
+         "input": "Combine ${A1} and ${A2} into the final answer."},
+    ]
+    for item in nodes:
+        if item["agent"] in _EXAMPLE_PARAMS and "params" not in item:
+            item["params"] = _EXAMPLE_PARAMS[str(item["agent"])]
+    spec = spec_from_data(
+        {
+            "thinking": "Two independent parts; solve them separately, then combine.",
+            "nodes": nodes,
+            "edges": [{"source": "A1", "target": "A3"}, {"source": "A2", "target": "A3"}],
+        },
+        registry=registry,
+    )
     return spec.to_xml(registry=registry)
 
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib import resources
 from string import Template
 
-__all__ = ["render", "template"]
+__all__ = ["render", "template", "worked_examples"]
+
+# A complete reply written out in a template: ``<thinking>…</thinking>`` then ``<answer>…</answer>``, no ``$``.
+_EXAMPLE_RE = re.compile(r"<thinking>([^<$]+)</thinking>\s*<answer>([^<$]+)</answer>")
 
 
 @cache
@@ -19,3 +23,20 @@ def template(name: str) -> Template:
 def render(name: str, **values: str) -> str:
     """Fill template ``name``; ``$`` signs inside the values are kept as they are (data, not syntax)."""
     return template(name).substitute(**values).strip()
+
+
+@cache
+def worked_examples() -> tuple[tuple[str, str], ...]:
+    """The worked example replies written in the shipped templates, as ``(thinking, answer)`` pairs.
+
+    The reply instructions show a concrete example instead of placeholder text; a reply that copies one of
+    these examples verbatim has not answered its own task (see :func:`agents.base.is_format_echo`).
+    """
+    found: list[tuple[str, str]] = []
+    for entry in sorted(resources.files(__package__).iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".txt"):
+            for match in _EXAMPLE_RE.finditer(entry.read_text(encoding="utf-8")):
+                pair = (match.group(1).strip(), match.group(2).strip())
+                if pair not in found:
+                    found.append(pair)
+    return tuple(found)

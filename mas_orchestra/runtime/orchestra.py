@@ -18,6 +18,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 
 from agents.base import message_text, model_name_of
 from agents.tools.mcp import DEFAULT_LIST_TIMEOUT, load_mcp_tools
+from mas_orchestra.caps import SamplingCaps, apply_caps, capped_registry, caps_for_model, tightest_caps
 from mas_orchestra.errors import SpecError
 from mas_orchestra.models import resolve_model, with_transient_retry
 from mas_orchestra.models.constraints import (
@@ -82,6 +83,12 @@ class Orchestra:
     ``{"fast": model, "strong": model}``: with more than one model, every agent gets a ``model`` parameter
     naming one (default the first, or ``subagent_defaults[kind]``: e.g. ``{"debate": "strong"}``).
 
+    ``caps``: the most a plan may ask of the sub-agents (:class:`~mas_orchestra.caps.SamplingCaps`: temperature,
+    self-consistency samples, debate and reflexion rounds). ``None``: the caps of the sub-agent model
+    (:func:`~mas_orchestra.caps.caps_for_model`: sized to the embedded model for it, none for API models; over a
+    pool the tightest). The prompt and a constrained orchestrator's grammar carry them; a text plan that asks for
+    more runs at the cap with a ``capped_param`` warning (an ``invalid_spec`` with ``strict``).
+
     ``checkpointer``: any LangGraph checkpointer, a path to a SQLite file (opened for each run; needs the
     ``checkpoint`` extra) or a ``postgresql://`` URL (opened for each run, shared by any number of worker
     processes; needs the ``postgres`` extra; see :mod:`mas_orchestra.runtime.postgres`).
@@ -120,6 +127,7 @@ class Orchestra:
         tools: Iterable[Any] | None = None,
         mcp: Any = None,
         subagent_defaults: Mapping[str, str] | None = None,
+        caps: SamplingCaps | None = None,
     ) -> None:
         self.dom: Dom = check_dom(dom)
         self.strict = bool(strict)
@@ -150,6 +158,14 @@ class Orchestra:
             for name, model in pool.items()
         }
         self.registry = with_pool(self.registry, self.subagent_pool, subagent_defaults)
+        # Sampling caps of the sub-agent models (the tightest over a pool: a node may run on any of them). The
+        # uncapped registry reads text plans (so a value above a cap is capped with a warning, not refused); the
+        # capped one is what the prompt lists, the grammar allows and the compiler builds from.
+        self.caps: SamplingCaps = caps if caps is not None else tightest_caps(
+            caps_for_model(model) for model in self.subagent_pool.values()
+        )
+        self._reading_registry = self.registry
+        self.registry = capped_registry(self.registry, self.caps)
         self.subagent: Runnable = next(iter(self.subagent_pool.values()))
         self._orchestrator_kwargs: dict[str, Any] = {}
         if orchestrator_temperature is not None:
@@ -165,7 +181,7 @@ class Orchestra:
         self._orchestrator_call: Runnable = self.orchestrator
         if orchestrator_mode != "off":
             self.orchestration_constraint = OrchestrationConstraint(
-                dom=dom, registry=self.registry, limits=grammar_limits or GrammarLimits()
+                dom=dom, registry=self.registry, limits=grammar_limits or GrammarLimits(), direct_answers=True
             )
             self.orchestration_constraint.grammar()  # a kind the grammar cannot express raises GrammarError now
             if orchestrator_max_tokens is None:
@@ -281,8 +297,14 @@ class Orchestra:
                 await root.on_chain_error(asyncio.CancelledError("stream closed before the run ended"))
 
     def parse(self, text: str) -> GraphSpec:
-        """Parse and validate orchestration text the way this Orchestra does (its DoM, registry, strictness)."""
-        return parse_orchestration(text, dom=self.dom, registry=self.registry, strict=self.strict)
+        """Parse and validate orchestration text the way this Orchestra does (its DoM, registry, strictness).
+
+        A parameter above the sub-agent model's cap (:attr:`caps`) is brought down to it with a ``capped_param``
+        warning, or, with ``strict``, makes the text invalid (a :class:`SpecError` naming node and parameter).
+        """
+        spec = parse_orchestration(text, dom=self.dom, registry=self._reading_registry, strict=self.strict)
+        return apply_caps(spec, self._reading_registry, self.caps, strict=self.strict,
+                          model=model_name_of(self.subagent))
 
     # -- internals ----------------------------------------------------------------------------
 

@@ -1,0 +1,230 @@
+"""Per-model caps on what a plan may ask of its sub-agents: sampling temperature, samples and rounds.
+
+The blocks' own bounds (temperature ≤ 2.0, up to 20 self-consistency samples, 10 debate or reflexion rounds) are
+the original system's, sized for API models. A 135M-parameter model does not survive them: at temperature 1.5 its
+replies are token soup, and every extra sample or round is one more chance to drift. :class:`SamplingCaps` lowers
+those bounds for one model:
+
+* for a **constrained local orchestrator** the caps are part of the registry the grammar is generated from
+  (:func:`capped_registry`), so a constrained plan cannot ask for more;
+* a **text plan** that asks for more is brought down to the cap when it is read (:func:`apply_caps`), and each
+  change is recorded as a ``capped_param`` :class:`~mas_orchestra.spec.SpecWarning` naming node and parameter;
+  in strict mode it is a :class:`~mas_orchestra.errors.SpecError` instead.
+
+A cap also lowers the parameter's default when the default is above it (the embedded model's self-consistency
+runs 3 samples, not 5). Models without an entry in :data:`MODEL_CAPS` keep the original defaults and bounds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from pydantic import BaseModel, Field, create_model
+
+from agents.base import Params, model_name_of
+from agents.errors import MasOrchestraError
+from mas_orchestra.errors import SpecError
+from mas_orchestra.registry import AgentKind, AgentRegistry
+from mas_orchestra.spec import GraphSpec
+from mas_orchestra.spec.warnings import SpecWarning
+
+__all__ = [
+    "EMBEDDED_CAPS",
+    "MODEL_CAPS",
+    "NO_CAPS",
+    "SamplingCaps",
+    "SamplingCapsError",
+    "apply_caps",
+    "capped_registry",
+    "caps_for_model",
+    "tightest_caps",
+]
+
+
+class SamplingCapsError(MasOrchestraError, ValueError):
+    """A :class:`SamplingCaps` value that cannot be a cap (negative temperature, zero samples …)."""
+
+
+@dataclass(frozen=True)
+class SamplingCaps:
+    """The most a plan may set for one sub-agent model; ``None`` leaves the block's own bound.
+
+    Attributes:
+        max_temperature: ``temperature`` of every agent kind that has one.
+        max_samples: ``samples`` of self-consistency (``SCAgent``).
+        max_debate_rounds: ``rounds`` of ``DebateAgent``.
+        max_reflexion_rounds: ``rounds`` of ``ReflexionAgent``.
+    """
+
+    max_temperature: float | None = None
+    max_samples: int | None = None
+    max_debate_rounds: int | None = None
+    max_reflexion_rounds: int | None = None
+
+    def __post_init__(self) -> None:
+        t = self.max_temperature
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t)
+                              or t < 0):
+            raise SamplingCapsError(f"max_temperature must be a finite number >= 0, got {t!r}")
+        for name in ("max_samples", "max_debate_rounds", "max_reflexion_rounds"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise SamplingCapsError(f"{name} must be an integer >= 1 (or None for no cap), got {value!r}")
+
+    def cap(self, kind: str, param: str) -> float | int | None:
+        """The cap on parameter ``param`` of agent kind ``kind`` (canonical name), or ``None``."""
+        if param == "temperature":
+            return self.max_temperature
+        return {("sc", "samples"): self.max_samples, ("debate", "rounds"): self.max_debate_rounds,
+                ("reflexion", "rounds"): self.max_reflexion_rounds}.get((kind, param))
+
+    def is_empty(self) -> bool:
+        """True when nothing is capped (the original defaults and bounds hold)."""
+        return all(getattr(self, f.name) is None for f in fields(self))
+
+
+#: No caps: the original system's defaults and bounds (API models and any model not in :data:`MODEL_CAPS`).
+NO_CAPS = SamplingCaps()
+#: The embedded SmolLM2-135M-Instruct: greedy-ish sampling only, few samples and rounds. Above temperature 1.0
+#: its replies turn to token soup; each extra sample or round costs a few seconds on a CPU and rarely helps.
+EMBEDDED_CAPS = SamplingCaps(max_temperature=1.0, max_samples=3, max_debate_rounds=2, max_reflexion_rounds=2)
+#: Caps by model name as :func:`agents.base.model_name_of` reports it (lower-case; for a path, its last part).
+MODEL_CAPS: dict[str, SamplingCaps] = {
+    "embedded": EMBEDDED_CAPS,
+    "smollm2-135m-instruct": EMBEDDED_CAPS,
+    "huggingfacetb/smollm2-135m-instruct": EMBEDDED_CAPS,
+}
+
+
+def caps_for_model(model: Any) -> SamplingCaps:
+    """The caps of a model (a chat model, a Runnable around one, or a model string); :data:`NO_CAPS` if unknown.
+
+    Args:
+        model: what :class:`~mas_orchestra.runtime.Orchestra` takes as a sub-agent model.
+
+    Returns:
+        The entry of :data:`MODEL_CAPS` for the model's name (or its path's last part), else :data:`NO_CAPS`.
+    """
+    name = (model if isinstance(model, str) else model_name_of(model)).strip().lower()
+    for key in (name, name.rstrip("/").rsplit("/", 1)[-1], name.removeprefix("hf:")):
+        if key in MODEL_CAPS:
+            return MODEL_CAPS[key]
+    return NO_CAPS
+
+
+def tightest_caps(caps: Iterable[SamplingCaps]) -> SamplingCaps:
+    """The smallest of each cap over several models (a node of a pool may run on any of them)."""
+    result = NO_CAPS
+    for one in caps:
+        updates = {}
+        for f in fields(SamplingCaps):
+            mine, theirs = getattr(result, f.name), getattr(one, f.name)
+            if theirs is not None and (mine is None or theirs < mine):
+                updates[f.name] = theirs
+        result = replace(result, **updates)
+    return result
+
+
+def _upper_bound(info: Any) -> float | None:
+    for meta in info.metadata:
+        for attr in ("le", "lt"):
+            value = getattr(meta, attr, None)
+            if value is not None:
+                return float(value)
+    return None
+
+
+def _narrowed_params(kind: AgentKind, caps: SamplingCaps) -> type[Params] | None:
+    """``kind.params`` with each capped field's upper bound (and default, when above) lowered to its cap."""
+    overrides: dict[str, Any] = {}
+    for name, info in kind.params.model_fields.items():
+        cap = caps.cap(kind.name, name)
+        if cap is None:
+            continue
+        bound = _upper_bound(info)
+        if bound is not None and bound <= cap:
+            continue
+        constraints: dict[str, Any] = {}
+        for meta in info.metadata:
+            for attr in ("ge", "gt"):
+                if getattr(meta, attr, None) is not None:
+                    constraints[attr] = getattr(meta, attr)
+        default = info.default
+        if not info.is_required() and isinstance(default, (int, float)) and not isinstance(default, bool):
+            default = type(default)(min(default, cap))
+        field = Field(... if info.is_required() else default, le=cap, description=info.description, **constraints)
+        overrides[name] = (info.annotation, field)
+    if not overrides:
+        return None
+    base: type[BaseModel] = kind.params
+    return create_model(kind.params.__name__, __base__=base, __doc__=kind.params.__doc__, **overrides)  # type: ignore[call-overload, no-any-return]
+
+
+def capped_registry(registry: AgentRegistry, caps: SamplingCaps) -> AgentRegistry:
+    """A registry whose kinds' parameter models are bounded by ``caps`` (defaults above a cap become the cap).
+
+    What the orchestration grammar, the prompt's parameter list and the compiler read from it all carry the
+    caps. ``registry`` itself is not changed; with empty caps it is returned as it is.
+
+    Args:
+        registry: the offered agent kinds.
+        caps: the sub-agent model's caps.
+
+    Returns:
+        A new registry with narrowed parameter models where a cap applies.
+    """
+    if caps.is_empty():
+        return registry
+    kinds = []
+    for kind in registry.kinds():
+        narrowed = _narrowed_params(kind, caps)
+        kinds.append(kind if narrowed is None else replace(kind, params=narrowed))
+    return AgentRegistry(kinds)
+
+
+def apply_caps(spec: GraphSpec, registry: AgentRegistry, caps: SamplingCaps, *, strict: bool = False,
+               model: str = "the sub-agent model") -> GraphSpec:
+    """Bring every parameter of ``spec`` above a cap down to it, recording a ``capped_param`` warning each.
+
+    Args:
+        spec: a validated spec (read with the uncapped registry).
+        registry: the registry the spec was read with (resolves node kinds).
+        caps: the sub-agent model's caps.
+        strict: a parameter above its cap is a :class:`SpecError` instead of a warning.
+        model: the model's name, for the messages.
+
+    Returns:
+        ``spec`` itself when nothing is above a cap, else a copy with the capped values and the warnings added.
+
+    Raises:
+        SpecError: in strict mode, naming each node and parameter above its cap.
+    """
+    if caps.is_empty() or not spec.nodes:
+        return spec
+    warnings: list[SpecWarning] = []
+    problems: list[str] = []
+    nodes = []
+    for node in spec.nodes:
+        kind = registry.get(node.agent)
+        params = dict(node.params)
+        for name, value in node.params.items():
+            cap = caps.cap(kind.name, name)
+            if cap is None or isinstance(value, bool) or not isinstance(value, (int, float)) or value <= cap:
+                continue
+            capped = type(value)(cap) if isinstance(value, int) and float(cap).is_integer() else cap
+            params[name] = capped
+            problems.append(f"agent {node.id!r} ({kind.block}): parameter {name!r} = {value} is above {model}'s "
+                            f"cap {cap}; ask for at most {cap} or run with strict=False to have it capped")
+            warnings.append(SpecWarning(
+                kind="capped_param", location=f"agent {node.id}",
+                message=f"{kind.block} parameter {name!r} = {value} is above {model}'s cap {cap}; runs with {capped}",
+            ))
+        nodes.append(node.model_copy(update={"params": params}) if params != node.params else node)
+    if strict and problems:
+        raise SpecError(problems)
+    if not warnings:
+        return spec
+    return spec.model_copy(update={"nodes": nodes, "warnings": [*spec.warnings, *warnings]})
