@@ -161,6 +161,8 @@ _TAG_RE = {
     name: (re.compile(rf"<\s*{name}\s*>", re.I), re.compile(rf"<\s*/\s*{name}\s*>", re.I))
     for name in ("thinking", "answer")
 }
+#: "Your final answer is 84." inside the answer tags: the format's wording leads in front of the answer itself.
+_ANSWER_LEAD_RE = re.compile(r"^\s*(?:your|the|my)\s+(?:correct\s+)?final\s+answer\s+(?:is|would\s+be)\s*[:：]?\s+", re.I)
 _ANSWER_LINE_RE = re.compile(r"\b(?:final answer|answer)(?:\*\*)?\s*(?:is)?\s*[:：]\s*(?:\*\*)?(.+)", re.I)
 
 
@@ -221,6 +223,7 @@ def _words(text: str) -> str:
 FORMAT_PLACEHOLDERS: frozenset[str] = frozenset(_words(p) for p in (
     "your final answer only", "your final answer", "the correct final answer only", "the correct final answer",
     "final answer only", "final answer", "the final answer", "your answer", "answer",
+    "your final answer is", "the final answer is", "the correct final answer is",
     "your step-by-step reasoning", "your improved step-by-step reasoning", "your reasoning",
     "your feedback on the attempt", "your evaluation of the arguments",
     "True if the attempt's answer is correct, otherwise False",
@@ -261,6 +264,9 @@ def _find_reply(text: str) -> ParsedReply | None:
             thinking = text
     if answer is None or not answer.strip():
         return None
+    lead = _ANSWER_LEAD_RE.match(answer)
+    if lead is not None and answer[lead.end():].strip():
+        answer = answer[lead.end():]
     return ParsedReply(thinking=thinking.strip(), answer=answer.strip(), raw=text)
 
 
@@ -268,7 +274,8 @@ def parse_reply(text: str) -> ParsedReply | None:
     """Find thinking and answer in a model reply, or ``None`` when no answer can be located.
 
     Lenient in the ways real models deviate: tag case and spacing, an unclosed ``<answer>``, a
-    missing ``<thinking>``; as fallbacks an ``Answer: …`` line or a final ``\\boxed{}``. A JSON object
+    missing ``<thinking>``; as fallbacks an ``Answer: …`` line or a final ``\\boxed{}``. The format's wording in
+    front of an answer ("Your final answer is 84.") is dropped. A JSON object
     ``{"thinking", "answer"}`` (what JSON-schema constrained APIs return) is read too. An answer that only
     repeats the reply format — blank, the format's placeholder wording, or a verbatim copy of the instructions'
     worked example (:func:`is_format_echo`) — is no answer: ``None``, so the caller re-asks as for any other

@@ -102,6 +102,13 @@ def test_an_answer_that_only_equals_an_examples_answer_is_kept():
     assert parse_reply('{"thinking": "x", "answer": "Your final answer only"}') is None
 
 
+def test_the_formats_wording_in_front_of_an_answer_is_dropped():
+    assert parse_reply("<thinking>x</thinking><answer>Your final answer is 24.</answer>").answer == "24."
+    assert parse_reply("<answer>The final answer is: Paris</answer>").answer == "Paris"
+    assert parse_reply("<answer>Your final answer is</answer>") is None
+    assert parse_reply("<answer>The answer depends on the season.</answer>").answer.startswith("The answer depends")
+
+
 def test_placeholder_echo_is_re_asked_with_a_reminder_that_says_so():
     model = ScriptedChatModel(replies=[cot_reply("your final answer only"), cot_reply("Jane Austen", "She wrote it.")],
                               cycle=False)
