@@ -42,6 +42,7 @@ __all__ = [
     "Temperature",
     "Usage",
     "ask",
+    "ask_plain",
     "bind_tools",
     "call_kwargs",
     "is_format_echo",
@@ -162,7 +163,9 @@ _TAG_RE = {
     for name in ("thinking", "answer")
 }
 #: "Your final answer is 84." inside the answer tags: the format's wording leads in front of the answer itself.
-_ANSWER_LEAD_RE = re.compile(r"^\s*(?:your|the|my)\s+(?:correct\s+)?final\s+answer\s+(?:is|would\s+be)\s*[:：]?\s+", re.I)
+_ANSWER_LEAD_RE = re.compile(
+    r"^\s*(?:your|the|my)\s+(?:correct\s+)?final\s+answer\s+(?:is|would\s+be)\s*[:：]?\s+", re.I
+)
 _ANSWER_LINE_RE = re.compile(r"\b(?:final answer|answer)(?:\*\*)?\s*(?:is)?\s*[:：]\s*(?:\*\*)?(.+)", re.I)
 
 
@@ -364,6 +367,10 @@ class CallSettings:
     limiter: CallLimiter | asyncio.Semaphore | None = field(default=None, repr=False)
     max_tokens: int | None = None
     constrain_reply: ReplyConstrainer | None = field(default=None, repr=False)
+    #: Ask a step-by-step attempt the way a plain call does — the task alone, unconstrained — and read the reply
+    #: as its answer (:func:`ask_plain`). For small models that lose their answer when made to write the reply
+    #: format (SmolLM2-135M answers 4 of 6 short questions asked plainly, 1 of 6 under the format grammar).
+    plain_replies: bool = False
 
 
 def message_text(message: Any) -> str:
@@ -458,6 +465,55 @@ async def ask(
         messages = [*messages, AIMessage(content=reply_text), HumanMessage(content=reminder)]
     raise SubAgentFormatError(
         f"model {name!r} gave no parseable <answer> of its own after {settings.format_retries + 1} tries; "
+        f"last reply began: {reply_text[:120]!r}",
+        last_reply=reply_text,
+    )
+
+
+async def ask_plain(
+    model: Runnable,
+    task: str,
+    *,
+    usage: Usage,
+    temperature: float | None = None,
+    settings: CallSettings | None = None,
+) -> ParsedReply:
+    """One sub-agent call asked as a plain call: the task as the only message, no reply format, no grammar.
+
+    The reply's ``<answer>`` is read when it wrote one; otherwise the whole reply is the answer (its thinking
+    empty). A blank reply, or one that only repeats a format's wording (:func:`is_format_echo`), is asked again,
+    up to ``settings.format_retries`` times, then :class:`SubAgentFormatError`.
+
+    Args:
+        model: the sub-agent chat model.
+        task: the task text, sent as it is.
+        usage: where the call is counted.
+        temperature: sampling temperature of the call (None: the model's default).
+        settings: retries, time-out, limiter and token cap (``constrain_reply`` is not used).
+
+    Returns:
+        The reply's thinking and answer.
+
+    Raises:
+        SubAgentFormatError: every reply was blank or an echo.
+    """
+    settings = settings or CallSettings()
+    kwargs = call_kwargs(temperature, settings)
+    name = model_name_of(model)
+    reply_text = ""
+    for attempt in range(settings.format_retries + 1):
+        reply = await _invoke(model, [HumanMessage(content=task)], kwargs, settings,
+                              tags=(FORMAT_RETRY_TAG,) if attempt else ())
+        usage.record(name, reply)
+        usage.format_retries += 1 if attempt else 0
+        reply_text = message_text(reply)
+        found = _find_reply(reply_text) if "<answer" in reply_text.lower() else None
+        if found is None and reply_text.strip():
+            found = ParsedReply(thinking="", answer=reply_text.strip(), raw=reply_text)
+        if found is not None and not is_format_echo(found.thinking, found.answer):
+            return found
+    raise SubAgentFormatError(
+        f"model {name!r} gave no answer of its own after {settings.format_retries + 1} plain tries; "
         f"last reply began: {reply_text[:120]!r}",
         last_reply=reply_text,
     )

@@ -35,9 +35,11 @@ __all__ = [
     "EMBEDDED_CAPS",
     "MODEL_CAPS",
     "NO_CAPS",
+    "PLAIN_REPLY_MODELS",
     "SamplingCaps",
     "SamplingCapsError",
     "apply_caps",
+    "asks_plainly",
     "capped_registry",
     "caps_for_model",
     "tightest_caps",
@@ -108,11 +110,35 @@ def caps_for_model(model: Any) -> SamplingCaps:
     Returns:
         The entry of :data:`MODEL_CAPS` for the model's name (or its path's last part), else :data:`NO_CAPS`.
     """
-    name = (model if isinstance(model, str) else model_name_of(model)).strip().lower()
-    for key in (name, name.rstrip("/").rsplit("/", 1)[-1], name.removeprefix("hf:")):
+    for key in _names(model):
         if key in MODEL_CAPS:
             return MODEL_CAPS[key]
     return NO_CAPS
+
+
+#: Models whose step-by-step attempts are asked as plain calls (the task alone, the reply read as the answer):
+#: SmolLM2-135M answered 4 of 6 short questions asked plainly, 1 of 6 under the reply grammar and 2 of 6 with the
+#: reply instructions (greedy; docs/guides/first-run.md).
+PLAIN_REPLY_MODELS: frozenset[str] = frozenset(
+    {"embedded", "smollm2-135m-instruct", "huggingfacetb/smollm2-135m-instruct"}
+)
+
+
+def _names(model: Any) -> tuple[str, ...]:
+    name = (model if isinstance(model, str) else model_name_of(model)).strip().lower()
+    return name, name.rstrip("/").rsplit("/", 1)[-1], name.removeprefix("hf:")
+
+
+def asks_plainly(model: Any) -> bool:
+    """Whether a sub-agent model's step-by-step attempts are asked as plain calls (:data:`PLAIN_REPLY_MODELS`).
+
+    Args:
+        model: a chat model, a Runnable around one, or a model string.
+
+    Returns:
+        True for the embedded model (by name), False for any other.
+    """
+    return any(key in PLAIN_REPLY_MODELS for key in _names(model))
 
 
 def tightest_caps(caps: Iterable[SamplingCaps]) -> SamplingCaps:

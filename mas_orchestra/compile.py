@@ -171,6 +171,7 @@ def compile_spec(
     constrain_reply: ReplyConstrainer | None = None,
     checkpointer: Any = None,
     tools: Iterable[Any] | None = None,
+    plain_replies: bool = False,
 ) -> CompiledStateGraph:
     """Build the LangGraph graph of a spec. Invoke it with ``{"question": "…"}``.
 
@@ -196,6 +197,10 @@ def compile_spec(
     ``tools``: LangChain tools (and MCP tools, see :func:`agents.tools.load_mcp_tools`) for ``ToolAgent`` nodes;
     the registry is then :func:`~mas_orchestra.offers.with_tools` of ``registry`` (parse the spec with the same).
     A registry built by :func:`~mas_orchestra.offers.with_pool` runs each node on the pool model it names.
+
+    ``plain_replies``: step-by-step attempts (CoT, SC samples, Reflexion's first attempt) are asked as plain calls
+    and their reply read as the answer (:attr:`agents.base.CallSettings.plain_replies`; what
+    :func:`mas_orchestra.caps.asks_plainly` says for small models).
     """
     if not isinstance(spec, GraphSpec):
         raise TypeError(f"compile_spec expects a GraphSpec, got {type(spec).__name__}")
@@ -207,6 +212,7 @@ def compile_spec(
         call_timeout=settings.call_timeout,
         limiter=None if settings.max_concurrency is None else CallLimiter(settings.max_concurrency),
         constrain_reply=constrain_reply,
+        plain_replies=plain_replies,
     )
 
     cache: dict[int, Runnable] = {}

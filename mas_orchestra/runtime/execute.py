@@ -122,13 +122,16 @@ async def execute_events(
     callbacks: list[Any],
     parent: Any = None,
     constrain_reply: ReplyConstrainer | None = None,
+    plain_replies: bool = False,
 ) -> AsyncIterator[dict[str, Any]]:
     """Compile ``run.spec`` with ``settings`` and run it, recording results in ``run``; the last event is the
-    outcome (a compile error is one too). The run's deadline is the caller's (see :func:`with_deadline`)."""
+    outcome (a compile error is one too). The run's deadline is the caller's (see :func:`with_deadline`).
+    ``plain_replies``: see :func:`~mas_orchestra.compile.compile_spec`."""
     assert run.spec is not None
     try:
         graph = compile_spec(
-            run.spec, model, search=search, registry=registry, settings=settings, constrain_reply=constrain_reply
+            run.spec, model, search=search, registry=registry, settings=settings, constrain_reply=constrain_reply,
+            plain_replies=plain_replies,
         )
     except CompileError as exc:
         yield {"type": "outcome", "outcome": run.outcome(Status.COMPILE_ERROR, error=str(exc))}

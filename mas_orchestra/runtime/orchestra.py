@@ -18,7 +18,14 @@ from langchain_core.runnables import Runnable, RunnableConfig
 
 from agents.base import message_text, model_name_of
 from agents.tools.mcp import DEFAULT_LIST_TIMEOUT, load_mcp_tools
-from mas_orchestra.caps import SamplingCaps, apply_caps, capped_registry, caps_for_model, tightest_caps
+from mas_orchestra.caps import (
+    SamplingCaps,
+    apply_caps,
+    asks_plainly,
+    capped_registry,
+    caps_for_model,
+    tightest_caps,
+)
 from mas_orchestra.errors import SpecError
 from mas_orchestra.models import resolve_model, with_transient_retry
 from mas_orchestra.models.constraints import (
@@ -87,7 +94,10 @@ class Orchestra:
     self-consistency samples, debate and reflexion rounds). ``None``: the caps of the sub-agent model
     (:func:`~mas_orchestra.caps.caps_for_model`: sized to the embedded model for it, none for API models; over a
     pool the tightest). The prompt and a constrained orchestrator's grammar carry them; a text plan that asks for
-    more runs at the cap with a ``capped_param`` warning (an ``invalid_spec`` with ``strict``).
+    more runs at the cap with a ``capped_param`` warning (an ``invalid_spec`` with ``strict``). ``plain_replies``:
+    step-by-step attempts (CoT, SC samples, Reflexion's first attempt) are asked like one plain call of the model —
+    the task alone, no reply format or grammar — and the reply is read as the answer; ``None``: on when every
+    sub-agent model asks plainly (:func:`~mas_orchestra.caps.asks_plainly`: the embedded model), off otherwise.
 
     ``checkpointer``: any LangGraph checkpointer, a path to a SQLite file (opened for each run; needs the
     ``checkpoint`` extra) or a ``postgresql://`` URL (opened for each run, shared by any number of worker
@@ -128,6 +138,7 @@ class Orchestra:
         mcp: Any = None,
         subagent_defaults: Mapping[str, str] | None = None,
         caps: SamplingCaps | None = None,
+        plain_replies: bool | None = None,
     ) -> None:
         self.dom: Dom = check_dom(dom)
         self.strict = bool(strict)
@@ -165,6 +176,10 @@ class Orchestra:
             caps_for_model(model) for model in self.subagent_pool.values()
         )
         self._reading_registry = self.registry
+        #: Step-by-step attempts asked as plain calls (see ``plain_replies`` above).
+        self.plain_replies: bool = bool(plain_replies) if plain_replies is not None else all(
+            asks_plainly(model) for model in self.subagent_pool.values()
+        )
         self.registry = capped_registry(self.registry, self.caps)
         self.subagent: Runnable = next(iter(self.subagent_pool.values()))
         self._orchestrator_kwargs: dict[str, Any] = {}
@@ -332,7 +347,7 @@ class Orchestra:
         yield {"type": "spec", "spec": run.spec}
         async for event in execute_events(
             run, model=self.subagent, search=self.search, registry=self.registry, settings=self.settings,
-            callbacks=[], parent=child, constrain_reply=self.constrain_reply,
+            callbacks=[], parent=child, constrain_reply=self.constrain_reply, plain_replies=self.plain_replies,
         ):
             yield event
 
