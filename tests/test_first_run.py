@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agents import CallSettings, CoTAgent, SubAgentFormatError, parse_reply
-from agents.base import FORMAT_PLACEHOLDERS, Usage, ask, is_format_echo
+from agents.base import FORMAT_PLACEHOLDERS, Usage, ask, ask_plain, is_format_echo
 from agents.prompts import render, worked_examples
 from mas_orchestra.caps import (
     EMBEDDED_CAPS,
@@ -312,3 +312,41 @@ def test_embedded_first_run_answers_a_one_fact_question():
     for node in outcome.spec.nodes:
         assert float(node.params.get("temperature", 0.5)) <= 1.0
         assert int(node.params.get("samples", 1)) <= 3
+
+
+# -- plain replies for small models ----------------------------------------------------------------
+
+
+def test_ask_plain_sends_the_task_alone_and_reads_the_reply_as_the_answer():
+    model = ScriptedChatModel(replies=["The capital of France is Paris."])
+    usage = Usage()
+    parsed = asyncio.run(ask_plain(model, "What is the capital of France?", usage=usage, temperature=0.0))
+    assert parsed.answer == "The capital of France is Paris." and parsed.thinking == ""
+    assert model.prompts == ["What is the capital of France?"] and model.call_kwargs[0]["temperature"] == 0.0
+    tagged = ScriptedChatModel(replies=[cot_reply("Paris", "It is the capital.")])
+    assert asyncio.run(ask_plain(tagged, "Q?", usage=usage)).answer == "Paris"
+
+
+def test_ask_plain_re_asks_blank_and_echoed_replies_then_fails():
+    model = ScriptedChatModel(replies=["  \n", "<answer>your final answer only</answer>", "Paris."], cycle=False)
+    usage = Usage()
+    assert asyncio.run(ask_plain(model, "Q?", usage=usage)).answer == "Paris."
+    assert usage.calls == 3 and usage.format_retries == 2
+    blank = ScriptedChatModel(replies=[" "])
+    with pytest.raises(SubAgentFormatError, match="no answer of its own after 2 plain tries"):
+        asyncio.run(ask_plain(blank, "Q?", usage=Usage(), settings=CallSettings(format_retries=1)))
+
+
+def test_plain_replies_follow_the_model_and_reach_every_step_by_step_attempt():
+    plan = spec_from_data({"thinking": "One agent.", "nodes": [{"id": "A1", "agent": "sc", "description": "vote",
+                                                               "params": {"samples": 2}}]}).to_xml()
+    small = ScriptedChatModel(replies=["Seven."], model_name="smollm2-135m-instruct")
+    orchestra = Orchestra(ScriptedChatModel(replies=[plan]), small, constrained=False)
+    assert orchestra.plain_replies and orchestra.caps == EMBEDDED_CAPS
+    outcome = orchestra.run("What is 3 + 4?")
+    assert outcome.status is Status.OK, outcome.error
+    assert outcome.answer == "Seven." and small.calls == 2  # two SC samples, each the question alone
+    assert all(prompt == "What is 3 + 4?" for prompt in small.prompts)
+    api = Orchestra(ScriptedChatModel(replies=[plan]), ScriptedChatModel(replies=[cot_reply("7")]))
+    assert not api.plain_replies
+    assert not Orchestra(ScriptedChatModel(replies=[plan]), small, plain_replies=False).plain_replies
