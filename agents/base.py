@@ -23,7 +23,7 @@ from langchain_core.runnables.config import ensure_config
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.errors import MasOrchestraError
-from agents.prompts import render, worked_examples
+from agents.prompts import render, without_reply_format, worked_examples
 
 __all__ = [
     "DEFAULT_TEMPERATURE",
@@ -440,10 +440,16 @@ async def ask(
 ) -> ParsedReply:
     """One sub-agent call: ask, parse, and repair with format reminders; raises on persistent failure.
 
+    With ``settings.plain_replies`` a text prompt is asked plainly instead, without its reply-format
+    instructions (:func:`ask_plain`).
+
     Transport errors (time-outs, connection errors) propagate unchanged, so the retry policy wrapped
     around ``model`` (``with_retry``) or the caller decides what to do with them.
     """
     settings = settings or CallSettings()
+    if settings.plain_replies and isinstance(prompt, str):  # a small model: no format to copy, the reply is read
+        return await ask_plain(model, without_reply_format(prompt), usage=usage, temperature=temperature,
+                               settings=settings)
     messages: list[BaseMessage] = (
         [HumanMessage(content=prompt)] if isinstance(prompt, str) else list(prompt)
     )

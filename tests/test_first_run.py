@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agents import CallSettings, CoTAgent, SubAgentFormatError, parse_reply
+from agents import CallSettings, CoTAgent, ReflexionAgent, SubAgentFormatError, parse_reply
 from agents.base import FORMAT_PLACEHOLDERS, Usage, ask, ask_plain, is_format_echo
 from agents.prompts import render, worked_examples
 from mas_orchestra.caps import (
@@ -350,3 +350,14 @@ def test_plain_replies_follow_the_model_and_reach_every_step_by_step_attempt():
     api = Orchestra(ScriptedChatModel(replies=[plan]), ScriptedChatModel(replies=[cot_reply("7")]))
     assert not api.plain_replies
     assert not Orchestra(ScriptedChatModel(replies=[plan]), small, plain_replies=False).plain_replies
+
+
+def test_plain_replies_drop_the_format_block_from_critic_and_judge_prompts():
+    """Reflexion's critic and refine calls are asked without the format (a small model copies its example)."""
+    small = ScriptedChatModel(replies=["Seven.", "The attempt is right.", "It is seven."], cycle=False)
+    agent = ReflexionAgent(small, rounds=1, settings=CallSettings(plain_replies=True))
+    result = asyncio.run(agent.arun("What is 3 + 4?"))
+    assert result.answer == "It is seven." and small.calls == 3
+    assert small.prompts[0] == "What is 3 + 4?"
+    assert "Review the attempt" in small.prompts[1]
+    assert all("Reply in exactly this format" not in p and "<answer>" not in p for p in small.prompts)

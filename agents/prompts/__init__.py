@@ -7,8 +7,10 @@ from functools import cache
 from importlib import resources
 from string import Template
 
-__all__ = ["render", "template", "worked_examples"]
+__all__ = ["REPLY_FORMAT_MARKER", "render", "template", "without_reply_format", "worked_examples"]
 
+#: Where a block template's reply-format instructions (and their worked example) begin; they run to the end.
+REPLY_FORMAT_MARKER = "Reply in exactly this format:"
 # A complete reply written out in a template: ``<thinking>…</thinking>`` then ``<answer>…</answer>``, no ``$``.
 _EXAMPLE_RE = re.compile(r"<thinking>([^<$]+)</thinking>\s*<answer>([^<$]+)</answer>")
 
@@ -40,3 +42,10 @@ def worked_examples() -> tuple[tuple[str, str], ...]:
                 if pair not in found:
                     found.append(pair)
     return tuple(found)
+
+
+def without_reply_format(prompt: str) -> str:
+    """``prompt`` without its reply-format instructions (from :data:`REPLY_FORMAT_MARKER` to the end), for a call
+    asked plainly; a prompt without them is returned as it is."""
+    head, marker, _ = prompt.rpartition(REPLY_FORMAT_MARKER)
+    return head.rstrip() if marker else prompt
