@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import threading
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar
@@ -22,12 +20,13 @@ from langchain_core.runnables import Runnable
 from langchain_core.runnables.config import ensure_config
 from pydantic import BaseModel, ConfigDict, Field
 
+from agents.echo import is_format_echo
 from agents.errors import MasOrchestraError
-from agents.prompts import render, without_reply_format, worked_examples
+from agents.limits import CallLimiter
+from agents.prompts import render, without_reply_format
 
 __all__ = [
     "DEFAULT_TEMPERATURE",
-    "FORMAT_PLACEHOLDERS",
     "FORMAT_RETRY_TAG",
     "Agent",
     "AgentResult",
@@ -45,7 +44,6 @@ __all__ = [
     "ask_plain",
     "bind_tools",
     "call_kwargs",
-    "is_format_echo",
     "message_text",
     "model_name_of",
     "parse_reply",
@@ -215,42 +213,6 @@ def _json_reply(text: str) -> ParsedReply | None:
     return ParsedReply(thinking=str(data.get("thinking") or "").strip(), answer=answer, raw=text)
 
 
-def _words(text: str) -> str:
-    """Lower-case words and digits only, single-spaced: how an echo is compared with the format's wording."""
-    return " ".join(re.sub(r"[^\w]+", " ", text.lower()).split())
-
-
-#: The placeholder wording reply formats used to carry between the tags (and close variants). A small model
-#: copies whatever stands there, so an answer that is only this wording answers nothing. The shipped templates
-#: now show worked examples instead (:func:`agents.prompts.worked_examples`).
-FORMAT_PLACEHOLDERS: frozenset[str] = frozenset(_words(p) for p in (
-    "your final answer only", "your final answer", "the correct final answer only", "the correct final answer",
-    "final answer only", "final answer", "the final answer", "your answer", "answer",
-    "your final answer is", "the final answer is", "the correct final answer is",
-    "your step-by-step reasoning", "your improved step-by-step reasoning", "your reasoning",
-    "your feedback on the attempt", "your evaluation of the arguments",
-    "True if the attempt's answer is correct, otherwise False",
-    "your reasoning, citing the result numbers you used", "your reasoning, using the tool results",
-    "which results matter and why", "the condensed facts with their result numbers",
-))
-
-
-def is_format_echo(thinking: str, answer: str) -> bool:
-    """Whether a parsed reply repeats the reply format instead of answering.
-
-    True when the answer is blank, is the format's placeholder wording (:data:`FORMAT_PLACEHOLDERS`,
-    compared case- and punctuation-insensitively), or when thinking and answer together are a verbatim copy of
-    a worked example from the reply instructions (:func:`agents.prompts.worked_examples`). An answer that only
-    equals an example's answer, with reasoning of its own, is not an echo: it may be right.
-    """
-    said = _words(answer)
-    if not said or said in FORMAT_PLACEHOLDERS:
-        return True
-    reasoning = _words(thinking)
-    return any(said == _words(ex_answer) and reasoning == _words(ex_thinking)
-               for ex_thinking, ex_answer in worked_examples())
-
-
 def _find_reply(text: str) -> ParsedReply | None:
     """Thinking and answer located in a reply, echo or not (see :func:`parse_reply`)."""
     if not isinstance(text, str):
@@ -303,37 +265,6 @@ def model_name_of(model: Any) -> str:
         if isinstance(value, str) and value:
             return value
     return type(model).__name__
-
-
-class CallLimiter:
-    """A bound on in-flight model calls that works across event loops.
-
-    ``asyncio.Semaphore`` binds to the first loop that waits on it; a compiled graph may be run from
-    several loops (each ``asyncio.run``), so this keeps one semaphore per running loop.
-    """
-
-    def __init__(self, limit: int) -> None:
-        if limit < 1:
-            raise ValueError(f"concurrency limit must be >= 1, got {limit}")
-        self.limit = limit
-        self._per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._lock = threading.Lock()
-
-    def _semaphore(self) -> asyncio.Semaphore:
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            sem = self._per_loop.get(loop)
-            if sem is None:
-                sem = self._per_loop[loop] = asyncio.Semaphore(self.limit)
-            return sem
-
-    async def __aenter__(self) -> None:
-        await self._semaphore().acquire()
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._semaphore().release()
 
 
 def bind_tools(model: Runnable, tools: Sequence[Any], **kwargs: Any) -> Runnable:

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from agents import CallSettings, CoTAgent, ReflexionAgent, SubAgentFormatError, parse_reply
-from agents.base import FORMAT_PLACEHOLDERS, Usage, ask, ask_plain, is_format_echo
+from agents.base import Usage, ask, ask_plain
+from agents.echo import FORMAT_PLACEHOLDERS, is_format_echo
 from agents.prompts import render, worked_examples
 from mas_orchestra.caps import (
     EMBEDDED_CAPS,

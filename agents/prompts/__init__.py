@@ -32,7 +32,7 @@ def worked_examples() -> tuple[tuple[str, str], ...]:
     """The worked example replies written in the shipped templates, as ``(thinking, answer)`` pairs.
 
     The reply instructions show a concrete example instead of placeholder text; a reply that copies one of
-    these examples verbatim has not answered its own task (see :func:`agents.base.is_format_echo`).
+    these examples verbatim has not answered its own task (see :func:`agents.echo.is_format_echo`).
     """
     found: list[tuple[str, str]] = []
     for entry in sorted(resources.files(__package__).iterdir(), key=lambda e: e.name):
