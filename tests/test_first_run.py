@@ -156,9 +156,10 @@ def test_caps_for_models():
 
 
 @pytest.mark.parametrize("bad", [{"max_temperature": -0.1}, {"max_temperature": float("nan")}, {"max_samples": 0},
-                                 {"max_debate_rounds": 1.5}, {"max_reflexion_rounds": True}])
+                                 {"max_debate_rounds": 1.5}, {"max_reflexion_rounds": True},
+                                 {"default_temperature": -1}, {"default_temperature": 0.9, "max_temperature": 0.5}])
 def test_bad_caps_are_a_typed_error(bad):
-    with pytest.raises(SamplingCapsError, match=next(iter(bad))):
+    with pytest.raises(SamplingCapsError, match=next(iter(bad)).replace("max_", "(max_)?")):
         SamplingCaps(**bad)
 
 
@@ -174,7 +175,7 @@ def test_a_model_without_caps_keeps_the_original_defaults_and_bounds():
 def test_capped_registry_lowers_bounds_and_defaults():
     capped = capped_registry(REGISTRY, EMBEDDED_CAPS)
     sc = capped.get("sc").params()
-    assert (sc.samples, sc.temperature) == (3, 0.5)
+    assert (sc.samples, sc.temperature) == (3, 0.0)  # the embedded model is greedy unless a plan asks otherwise
     assert capped.get("debate").params(roles=["a", "b"]).rounds == 2
     assert capped.get("reflexion").params().rounds == 2
     with pytest.raises(ValueError, match="less than or equal to 1"):
@@ -220,7 +221,7 @@ def test_a_text_plan_above_a_cap_runs_at_the_cap_with_a_warning():
     assert [(w.location, re.search(r"'(\w+)'", w.message).group(1)) for w in capped] == [
         ("agent A1", "samples"), ("agent A1", "temperature"), ("agent A2", "rounds")]
     assert "2.0" in capped[1].message and "cap 1.0" in capped[1].message
-    assert {kw.get("temperature") for kw in sub.call_kwargs} == {1.0, 0.5}  # SC at the cap, Reflexion default
+    assert {kw.get("temperature") for kw in sub.call_kwargs} == {1.0, 0.0}  # SC at the cap, Reflexion greedy
     # 3 samples; Reflexion's critic never says True, so 1 attempt + 2 capped rounds of critic and refine (7 asked)
     assert sub.calls == 3 + 1 + 2 * 2
 
