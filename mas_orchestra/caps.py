@@ -59,6 +59,8 @@ class SamplingCaps:
         max_samples: ``samples`` of self-consistency (``SCAgent``).
         max_debate_rounds: ``rounds`` of ``DebateAgent``.
         max_reflexion_rounds: ``rounds`` of ``ReflexionAgent``.
+        max_agents: agents in a plan a constrained orchestrator may write (its grammar's
+            :attr:`~mas_orchestra.spec.grammar.GrammarLimits.max_agents`; text plans are not cut).
         default_temperature: the ``temperature`` a node gets when its plan sets none (``None``: the block's own
             default, 0.5); must not exceed ``max_temperature``.
     """
@@ -67,6 +69,7 @@ class SamplingCaps:
     max_samples: int | None = None
     max_debate_rounds: int | None = None
     max_reflexion_rounds: int | None = None
+    max_agents: int | None = None
     default_temperature: float | None = None
 
     def __post_init__(self) -> None:
@@ -79,7 +82,7 @@ class SamplingCaps:
                 and self.default_temperature > self.max_temperature):
             raise SamplingCapsError(f"default_temperature {self.default_temperature} is above max_temperature "
                                     f"{self.max_temperature}")
-        for name in ("max_samples", "max_debate_rounds", "max_reflexion_rounds"):
+        for name in ("max_samples", "max_debate_rounds", "max_reflexion_rounds", "max_agents"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise SamplingCapsError(f"{name} must be an integer >= 1 (or None for no cap), got {value!r}")
@@ -101,8 +104,10 @@ NO_CAPS = SamplingCaps()
 #: The embedded SmolLM2-135M-Instruct: greedy unless a plan asks otherwise, at most temperature 1.0, few samples
 #: and rounds. Above temperature 1.0 its replies turn to token soup; asked plainly it answered 4 of 6 short
 #: questions greedy and 3 of 6 at 0.5; each extra sample or round costs seconds on a CPU and rarely helps.
+#: Its plans are one agent (or a direct answer): with more, the 135M orchestrator wrote sub-tasks such as
+#: "Combine ${A1} and ${A1}" and 3-4 agents for one-fact questions, each step losing the answer a plain call gives.
 EMBEDDED_CAPS = SamplingCaps(max_temperature=1.0, max_samples=3, max_debate_rounds=2, max_reflexion_rounds=2,
-                             default_temperature=0.0)
+                             max_agents=1, default_temperature=0.0)
 #: Caps by model name as :func:`agents.base.model_name_of` reports it (lower-case; for a path, its last part).
 MODEL_CAPS: dict[str, SamplingCaps] = {
     "embedded": EMBEDDED_CAPS,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from langchain_core.callbacks.manager import AsyncCallbackManager
@@ -196,7 +197,7 @@ class Orchestra:
         self._orchestrator_call: Runnable = self.orchestrator
         if orchestrator_mode != "off":
             self.orchestration_constraint = OrchestrationConstraint(
-                dom=dom, registry=self.registry, limits=grammar_limits or GrammarLimits(), direct_answers=True
+                dom=dom, registry=self.registry, limits=self._grammar_limits(grammar_limits), direct_answers=True
             )
             self.orchestration_constraint.grammar()  # a kind the grammar cannot express raises GrammarError now
             if orchestrator_max_tokens is None:
@@ -322,6 +323,13 @@ class Orchestra:
                           model=model_name_of(self.subagent))
 
     # -- internals ----------------------------------------------------------------------------
+
+    def _grammar_limits(self, given: GrammarLimits | None) -> GrammarLimits:
+        """The grammar's bounds: ``given`` (or the defaults) with at most the caps' ``max_agents`` agents."""
+        limits = given or GrammarLimits()
+        if self.caps.max_agents is not None and self.caps.max_agents < limits.max_agents:
+            limits = replace(limits, max_agents=self.caps.max_agents)
+        return limits
 
     async def _thread_events(
         self, run: RunRecord, child: Any, thread_id: str | None, resume: Any, fork_from: str | None
