@@ -363,3 +363,24 @@ def test_plain_replies_drop_the_format_block_from_critic_and_judge_prompts():
     assert small.prompts[0] == "What is 3 + 4?"
     assert "Review the attempt" in small.prompts[1]
     assert all("Reply in exactly this format" not in p and "<answer>" not in p for p in small.prompts)
+
+
+class _LocalScripted(ScriptedChatModel):
+    """A scripted model that says it decodes under grammars, as the embedded model does."""
+
+    supports_grammar_constraints: bool = True
+
+
+def test_embedded_caps_bound_a_constrained_plan_to_one_agent():
+    small = ScriptedChatModel(replies=["Paris."], model_name="smollm2-135m-instruct")
+    orchestra = Orchestra(_LocalScripted(replies=["x"]), small)
+    constraint = orchestra.orchestration_constraint
+    assert constraint is not None and constraint.limits.max_agents == 1 and constraint.direct_answers
+    after_one = "<thinking>t</thinking>" + spec_from_data(
+        {"nodes": [{"id": "A1", "agent": "cot", "description": "d"}]}).to_xml().split("</thinking>", 1)[1]
+    assert constraint.next_stage(after_one, remaining=400) == 'root ::= ("")\n'  # only stopping: no second agent
+    uncapped = Orchestra(_LocalScripted(replies=["x"]), ScriptedChatModel(replies=["x"]))
+    assert uncapped.orchestration_constraint is not None
+    assert uncapped.orchestration_constraint.limits.max_agents == GrammarLimits().max_agents
+    given = Orchestra(_LocalScripted(replies=["x"]), small, grammar_limits=GrammarLimits(max_agents=3, input_chars=50))
+    assert given.orchestration_constraint.limits == GrammarLimits(max_agents=1, input_chars=50)
