@@ -127,7 +127,8 @@ def _as_coroutine_fn(built: Any, node_id: str, kind: AgentKind):
 
 
 def _node_function(
-    node: AgentNode, kind: AgentKind, run_agent: Any, *, is_sink: bool, spec_hash: str, single: bool = False
+    node: AgentNode, kind: AgentKind, run_agent: Any, *, is_sink: bool, spec_hash: str, single: bool = False,
+    plain: bool = False,
 ):
     name = f"{node.id} · {kind.block}"
     traced = RunnableLambda(run_agent, name=name)
@@ -138,7 +139,10 @@ def _node_function(
         if stored and stored != spec_hash:
             thread = str((config.get("configurable") or {}).get("thread_id", "?"))
             raise ThreadMismatchError(thread, {"spec": (stored, spec_hash)})
-        task = render_task(node, state["question"], state.get("results") or {}, single=single)
+        # Asked plainly, a lone agent gets the question itself, as a plain call would: a small model answers the
+        # framed sub-task ("Original task: … Current sub-task: … Solve the sub-task first …") by repeating it.
+        task = (state["question"] if plain and single
+                else render_task(node, state["question"], state.get("results") or {}, single=single))
         child = patch_config(config, run_name=name)
         child["metadata"] = {**(child.get("metadata") or {}), **metadata}
         child["tags"] = [*(child.get("tags") or []), f"agent:{kind.name}"]
@@ -200,7 +204,8 @@ def compile_spec(
 
     ``plain_replies``: step-by-step attempts (CoT, SC samples, Reflexion's first attempt) are asked as plain calls
     and their reply read as the answer (:attr:`agents.base.CallSettings.plain_replies`; what
-    :func:`mas_orchestra.caps.asks_plainly` says for small models).
+    :func:`mas_orchestra.caps.asks_plainly` says for small models), and a spec's only agent is given the question
+    itself rather than its framed sub-task.
     """
     if not isinstance(spec, GraphSpec):
         raise TypeError(f"compile_spec expects a GraphSpec, got {type(spec).__name__}")
@@ -273,7 +278,7 @@ def compile_spec(
         builder.add_node(
             node.id,
             _node_function(node, kind, run_agent, is_sink=node.id == spec.sink, spec_hash=spec_hash,
-                           single=len(spec.nodes) == 1),
+                           single=len(spec.nodes) == 1, plain=plain_replies),
             metadata={"agent_kind": kind.name, "agent_block": kind.block},
         )
     for node in spec.nodes:

@@ -384,3 +384,14 @@ def test_embedded_caps_bound_a_constrained_plan_to_one_agent():
     assert uncapped.orchestration_constraint.limits.max_agents == GrammarLimits().max_agents
     given = Orchestra(_LocalScripted(replies=["x"]), small, grammar_limits=GrammarLimits(max_agents=3, input_chars=50))
     assert given.orchestration_constraint.limits == GrammarLimits(max_agents=1, input_chars=50)
+
+
+def test_asked_plainly_a_lone_agent_gets_the_question_itself():
+    plan = spec_from_data({"thinking": "One agent.", "nodes": [{"id": "A1", "agent": "cot", "description": "d",
+                                                               "input": "Find the author."}]}).to_xml()
+    small = ScriptedChatModel(replies=["Jane Austen wrote it."], model_name="smollm2-135m-instruct")
+    outcome = Orchestra(ScriptedChatModel(replies=[plan]), small, constrained=False).run("Who wrote Emma?")
+    assert outcome.answer == "Jane Austen wrote it." and small.prompts == ["Who wrote Emma?"]
+    framed = ScriptedChatModel(replies=[cot_reply("Jane Austen")])
+    Orchestra(ScriptedChatModel(replies=[plan]), framed, constrained=False).run("Who wrote Emma?")
+    assert "Current sub-task: Find the author." in framed.prompts[0]  # structured replies keep the framing
