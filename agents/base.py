@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import threading
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar
@@ -22,8 +20,10 @@ from langchain_core.runnables import Runnable
 from langchain_core.runnables.config import ensure_config
 from pydantic import BaseModel, ConfigDict, Field
 
+from agents.echo import is_format_echo
 from agents.errors import MasOrchestraError
-from agents.prompts import render
+from agents.limits import CallLimiter
+from agents.prompts import render, without_reply_format
 
 __all__ = [
     "DEFAULT_TEMPERATURE",
@@ -41,6 +41,7 @@ __all__ = [
     "Temperature",
     "Usage",
     "ask",
+    "ask_plain",
     "bind_tools",
     "call_kwargs",
     "message_text",
@@ -173,6 +174,10 @@ _TAG_RE = {
     name: (re.compile(rf"<\s*{name}\s*>", re.I), re.compile(rf"<\s*/\s*{name}\s*>", re.I))
     for name in ("thinking", "answer")
 }
+#: "Your final answer is 84." inside the answer tags: the format's wording leads in front of the answer itself.
+_ANSWER_LEAD_RE = re.compile(
+    r"^\s*(?:your|the|my)\s+(?:correct\s+)?final\s+answer\s+(?:is|would\s+be)\s*[:：]?\s+", re.I
+)
 _ANSWER_LINE_RE = re.compile(r"\b(?:final answer|answer)(?:\*\*)?\s*(?:is)?\s*[:：]\s*(?:\*\*)?(.+)", re.I)
 
 
@@ -222,13 +227,8 @@ def _json_reply(text: str) -> ParsedReply | None:
     return ParsedReply(thinking=str(data.get("thinking") or "").strip(), answer=answer, raw=text)
 
 
-def parse_reply(text: str) -> ParsedReply | None:
-    """Find thinking and answer in a model reply, or ``None`` when no answer can be located.
-
-    Lenient in the ways real models deviate: tag case and spacing, an unclosed ``<answer>``, a
-    missing ``<thinking>``; as fallbacks an ``Answer: …`` line or a final ``\\boxed{}``. A JSON object
-    ``{"thinking", "answer"}`` (what JSON-schema constrained APIs return) is read too.
-    """
+def _find_reply(text: str) -> ParsedReply | None:
+    """Thinking and answer located in a reply, echo or not (see :func:`parse_reply`)."""
     if not isinstance(text, str):
         text = str(text)
     as_json = _json_reply(text)
@@ -243,7 +243,27 @@ def parse_reply(text: str) -> ParsedReply | None:
             thinking = text
     if answer is None or not answer.strip():
         return None
+    lead = _ANSWER_LEAD_RE.match(answer)
+    if lead is not None and answer[lead.end():].strip():
+        answer = answer[lead.end():]
     return ParsedReply(thinking=thinking.strip(), answer=answer.strip(), raw=text)
+
+
+def parse_reply(text: str) -> ParsedReply | None:
+    """Find thinking and answer in a model reply, or ``None`` when no answer can be located.
+
+    Lenient in the ways real models deviate: tag case and spacing, an unclosed ``<answer>``, a
+    missing ``<thinking>``; as fallbacks an ``Answer: …`` line or a final ``\\boxed{}``. The format's wording in
+    front of an answer ("Your final answer is 84.") is dropped. A JSON object
+    ``{"thinking", "answer"}`` (what JSON-schema constrained APIs return) is read too. An answer that only
+    repeats the reply format — blank, the format's placeholder wording, or a verbatim copy of the instructions'
+    worked example (:func:`is_format_echo`) — is no answer: ``None``, so the caller re-asks as for any other
+    format failure.
+    """
+    found = _find_reply(text)
+    if found is None or is_format_echo(found.thinking, found.answer):
+        return None
+    return found
 
 
 def model_name_of(model: Any) -> str:
@@ -259,37 +279,6 @@ def model_name_of(model: Any) -> str:
         if isinstance(value, str) and value:
             return value
     return type(model).__name__
-
-
-class CallLimiter:
-    """A bound on in-flight model calls that works across event loops.
-
-    ``asyncio.Semaphore`` binds to the first loop that waits on it; a compiled graph may be run from
-    several loops (each ``asyncio.run``), so this keeps one semaphore per running loop.
-    """
-
-    def __init__(self, limit: int) -> None:
-        if limit < 1:
-            raise ValueError(f"concurrency limit must be >= 1, got {limit}")
-        self.limit = limit
-        self._per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._lock = threading.Lock()
-
-    def _semaphore(self) -> asyncio.Semaphore:
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            sem = self._per_loop.get(loop)
-            if sem is None:
-                sem = self._per_loop[loop] = asyncio.Semaphore(self.limit)
-            return sem
-
-    async def __aenter__(self) -> None:
-        await self._semaphore().acquire()
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._semaphore().release()
 
 
 def bind_tools(model: Runnable, tools: Sequence[Any], **kwargs: Any) -> Runnable:
@@ -323,6 +312,10 @@ class CallSettings:
     limiter: CallLimiter | asyncio.Semaphore | None = field(default=None, repr=False)
     max_tokens: int | None = None
     constrain_reply: ReplyConstrainer | None = field(default=None, repr=False)
+    #: Ask a step-by-step attempt the way a plain call does — the task alone, unconstrained — and read the reply
+    #: as its answer (:func:`ask_plain`). For small models that lose their answer when made to write the reply
+    #: format (SmolLM2-135M answers 4 of 6 short questions asked plainly, 1 of 6 under the format grammar).
+    plain_replies: bool = False
 
 
 def message_text(message: Any) -> str:
@@ -392,10 +385,16 @@ async def ask(
 ) -> ParsedReply:
     """One sub-agent call: ask, parse, and repair with format reminders; raises on persistent failure.
 
+    With ``settings.plain_replies`` a text prompt is asked plainly instead, without its reply-format
+    instructions (:func:`ask_plain`).
+
     Transport errors (time-outs, connection errors) propagate unchanged, so the retry policy wrapped
     around ``model`` (``with_retry``) or the caller decides what to do with them.
     """
     settings = settings or CallSettings()
+    if settings.plain_replies and isinstance(prompt, str):  # a small model: no format to copy, the reply is read
+        return await ask_plain(model, without_reply_format(prompt), usage=usage, temperature=temperature,
+                               settings=settings)
     messages: list[BaseMessage] = (
         [HumanMessage(content=prompt)] if isinstance(prompt, str) else list(prompt)
     )
@@ -409,12 +408,63 @@ async def ask(
         usage.record(name, reply)
         usage.format_retries += 1 if attempt else 0
         reply_text = message_text(reply)
-        parsed = parse_reply(reply_text)
-        if parsed is not None:
-            return parsed
-        messages = [*messages, AIMessage(content=reply_text), HumanMessage(content=render("format_reminder"))]
+        found = _find_reply(reply_text)
+        if found is not None and not is_format_echo(found.thinking, found.answer):
+            return found
+        # An echo of the format gets a reminder that says so; a reply without an answer, the format again.
+        reminder = render("echo_reminder" if found is not None else "format_reminder")
+        messages = [*messages, AIMessage(content=reply_text), HumanMessage(content=reminder)]
     raise SubAgentFormatError(
-        f"model {name!r} gave no parseable <answer> after {settings.format_retries + 1} tries; "
+        f"model {name!r} gave no parseable <answer> of its own after {settings.format_retries + 1} tries; "
+        f"last reply began: {reply_text[:120]!r}",
+        last_reply=reply_text,
+    )
+
+
+async def ask_plain(
+    model: Runnable,
+    task: str,
+    *,
+    usage: Usage,
+    temperature: float | None = None,
+    settings: CallSettings | None = None,
+) -> ParsedReply:
+    """One sub-agent call asked as a plain call: the task as the only message, no reply format, no grammar.
+
+    The reply's ``<answer>`` is read when it wrote one; otherwise the whole reply is the answer (its thinking
+    empty). A blank reply, or one that only repeats a format's wording (:func:`is_format_echo`), is asked again,
+    up to ``settings.format_retries`` times, then :class:`SubAgentFormatError`.
+
+    Args:
+        model: the sub-agent chat model.
+        task: the task text, sent as it is.
+        usage: where the call is counted.
+        temperature: sampling temperature of the call (None: the model's default).
+        settings: retries, time-out, limiter and token cap (``constrain_reply`` is not used).
+
+    Returns:
+        The reply's thinking and answer.
+
+    Raises:
+        SubAgentFormatError: every reply was blank or an echo.
+    """
+    settings = settings or CallSettings()
+    kwargs = call_kwargs(temperature, settings)
+    name = model_name_of(model)
+    reply_text = ""
+    for attempt in range(settings.format_retries + 1):
+        reply = await _invoke(model, [HumanMessage(content=task)], kwargs, settings,
+                              tags=(FORMAT_RETRY_TAG,) if attempt else ())
+        usage.record(name, reply)
+        usage.format_retries += 1 if attempt else 0
+        reply_text = message_text(reply)
+        found = _find_reply(reply_text) if "<answer" in reply_text.lower() else None
+        if found is None and reply_text.strip():
+            found = ParsedReply(thinking="", answer=reply_text.strip(), raw=reply_text)
+        if found is not None and not is_format_echo(found.thinking, found.answer):
+            return found
+    raise SubAgentFormatError(
+        f"model {name!r} gave no answer of its own after {settings.format_retries + 1} plain tries; "
         f"last reply began: {reply_text[:120]!r}",
         last_reply=reply_text,
     )

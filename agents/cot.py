@@ -14,6 +14,7 @@ from agents.base import (
     Temperature,
     Usage,
     ask,
+    ask_plain,
 )
 from agents.prompts import render
 
@@ -27,7 +28,12 @@ class CoTParams(Params):
 async def cot_attempt(
     model: Runnable, task: str, *, usage: Usage, temperature: float | None, settings: CallSettings
 ) -> ParsedReply:
-    """One step-by-step attempt at ``task``: CoT's only call, an SC sample, Reflexion's first attempt."""
+    """One step-by-step attempt at ``task``: CoT's only call, an SC sample, Reflexion's first attempt.
+
+    With ``settings.plain_replies`` it is asked as a plain call (:func:`~agents.base.ask_plain`).
+    """
+    if settings.plain_replies:
+        return await ask_plain(model, task, usage=usage, temperature=temperature, settings=settings)
     return await ask(model, render("cot", task=task), usage=usage, temperature=temperature, settings=settings)
 
 

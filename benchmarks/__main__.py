@@ -34,6 +34,8 @@ SCRIPTS = {
     "cli_startup": ("benchmarks/cli_startup.py", ["--repeat", "3"], []),
     # decode passes on the training thread against a worker thread (embedded model, 4 rows)
     "decode_thread": ("benchmarks/decode_thread.py", ["--rounds", "2", "--passes", "10"], []),
+    # the main job against one plain call of the same model: accuracy, calls, wall (embedded model, 20 questions)
+    "first_run": ("benchmarks/first_run.py", ["--limit", "2"], []),
 }
 KEY_COLUMNS = ("wall_s", "critical_path_s", "sequential_s", "speedup_vs_sequential", "ours_us", "bare_langgraph_us",
                "parse_xml_ms", "validate_ms", "compile_ms", "us_per_node", "added_us_per_node", "added_ms_per_run",

@@ -127,7 +127,8 @@ def _as_coroutine_fn(built: Any, node_id: str, kind: AgentKind):
 
 
 def _node_function(
-    node: AgentNode, kind: AgentKind, run_agent: Any, *, is_sink: bool, spec_hash: str, single: bool = False
+    node: AgentNode, kind: AgentKind, run_agent: Any, *, is_sink: bool, spec_hash: str, single: bool = False,
+    plain: bool = False,
 ):
     name = f"{node.id} · {kind.block}"
     traced = RunnableLambda(run_agent, name=name)
@@ -138,7 +139,10 @@ def _node_function(
         if stored and stored != spec_hash:
             thread = str((config.get("configurable") or {}).get("thread_id", "?"))
             raise ThreadMismatchError(thread, {"spec": (stored, spec_hash)})
-        task = render_task(node, state["question"], state.get("results") or {}, single=single)
+        # Asked plainly, a lone agent gets the question itself, as a plain call would: a small model answers the
+        # framed sub-task ("Original task: … Current sub-task: … Solve the sub-task first …") by repeating it.
+        task = (state["question"] if plain and single
+                else render_task(node, state["question"], state.get("results") or {}, single=single))
         child = patch_config(config, run_name=name)
         child["metadata"] = {**(child.get("metadata") or {}), **metadata}
         child["tags"] = [*(child.get("tags") or []), f"agent:{kind.name}"]
@@ -171,6 +175,7 @@ def compile_spec(
     constrain_reply: ReplyConstrainer | None = None,
     checkpointer: Any = None,
     tools: Iterable[Any] | None = None,
+    plain_replies: bool = False,
 ) -> CompiledStateGraph:
     """Build the LangGraph graph of a spec. Invoke it with ``{"question": "…"}``.
 
@@ -198,6 +203,10 @@ def compile_spec(
         tools: LangChain tools (and MCP tools, see :func:`agents.tools.load_mcp_tools`) for ``ToolAgent``
             nodes; the registry is then :func:`~mas_orchestra.offers.with_tools` of ``registry`` (parse the
             spec with the same).
+        plain_replies: Ask step-by-step attempts (CoT, SC samples, Reflexion's first attempt) as plain calls and
+            read their reply as the answer (:attr:`agents.base.CallSettings.plain_replies`; what
+            :func:`mas_orchestra.caps.asks_plainly` says for small models); a spec's only agent then gets the
+            question itself rather than its framed sub-task.
 
     Returns:
         The compiled graph; its state's ``final_answer`` is the sink's answer and ``results`` each node's
@@ -225,6 +234,7 @@ def compile_spec(
         call_timeout=settings.call_timeout,
         limiter=None if settings.max_concurrency is None else CallLimiter(settings.max_concurrency),
         constrain_reply=constrain_reply,
+        plain_replies=plain_replies,
     )
 
     cache: dict[int, Runnable] = {}
@@ -285,7 +295,7 @@ def compile_spec(
         builder.add_node(
             node.id,
             _node_function(node, kind, run_agent, is_sink=node.id == spec.sink, spec_hash=spec_hash,
-                           single=len(spec.nodes) == 1),
+                           single=len(spec.nodes) == 1, plain=plain_replies),
             metadata={"agent_kind": kind.name, "agent_block": kind.block},
         )
     for node in spec.nodes:

@@ -39,6 +39,7 @@ BUILTIN_BASE: dict[str, type[BaseException]] = {
     "mas_orchestra.errors.DataError": ValueError,
     "mas_orchestra.errors.CheckpointError": RuntimeError,
     "mas_orchestra.errors.ThreadMismatchError": ValueError,
+    "mas_orchestra.caps.SamplingCapsError": ValueError,
     "mas_orchestra.runtime.postgres.CheckpointConnectionError": RuntimeError,
     "training.distributed.WorldSizeMismatchError": ValueError,
     "training.distributed.LaunchError": RuntimeError,

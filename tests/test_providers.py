@@ -136,7 +136,7 @@ def test_round_trip_through_orchestra_counts_usage(katan, monkeypatch, capsys, p
     outcome = Orchestra(orchestrator, subagent, timeout=120).run("What is 2 + 2?")
     _report(capsys, provider, outcome)
     assert outcome.status is Status.OK, outcome.error
-    assert outcome.answer == "your final answer only"  # the echoed format placeholder
+    assert outcome.answer == "24"  # the echoed format block's worked-example answer
     assert outcome.usage.subagent_calls == 4
     assert outcome.usage.by_model["echo-model"].calls == 4
     assert outcome.usage.by_model["echo-model"].input_tokens > 0 and outcome.usage.by_model["echo-model"].output_tokens > 0

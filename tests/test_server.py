@@ -4,7 +4,8 @@ The orchestrator is scripted (it writes a fixed spec); the sub-agents are ``vllm
 ``openai:<model>`` chat models talking HTTP to ``llm-katan --backend echo``, with the server's
 failure injection (HTTP 500s, latency, overload 503s), a dead port and a socket that drops every
 connection. The echo backend replies with the last user message, which ends with the sub-agent format
-block ``<answer>your final answer only</answer>``, so every echoed reply parses to that answer.
+block's worked example (``<answer>24</answer>`` last), so every echoed reply parses to that answer (the thinking
+it pairs with is the instruction's prose, not the example's, so it is not read as a copy of the example).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ pytest.importorskip("langchain_openai")
 pytestmark = pytest.mark.server
 
 MODEL = "echo-model"
-ECHO_ANSWER = "your final answer only"  # the format block's placeholder, echoed back by the server
+ECHO_ANSWER = "24"  # the format block's worked-example answer, echoed back by the server
 DIAMOND = (Path(__file__).resolve().parents[1] / "graphs" / "specs" / "diamond.xml").read_text("utf-8")
 DIAMOND_CALLS = 1 + 5 + 11
 

@@ -134,11 +134,14 @@ class OrchestrationConstraint(OutputConstraint):
     dom: Dom = "high"
     registry: AgentRegistry = field(default_factory=lambda: default_registry)
     limits: GrammarLimits = field(default_factory=GrammarLimits)
+    #: High DoM: the orchestrator may answer right after the thinking, with no agents (low DoM always may). Off
+    #: unless asked for (training rollouts keep their grammar); the Orchestra turns it on.
+    direct_answers: bool = False
 
     def grammar(self, max_tokens: int | None = None, *, staged: bool = False) -> str:
         """The orchestration grammar: one piece, or with ``staged`` the first stage fitted to ``max_tokens``."""
         if not staged:
-            return orchestration_grammar(self.dom, self.registry, self.limits)
+            return orchestration_grammar(self.dom, self.registry, self.limits, direct_answer=self.direct_answers)
         chars = self.limits.thinking_chars
         if max_tokens is not None:
             chars = min(chars, max(0, max_tokens // 4))
@@ -157,8 +160,10 @@ class OrchestrationConstraint(OutputConstraint):
         done = k - 1
         limits, fits = self._fitted(k, remaining)
         agent = k <= self.limits.max_agents and fits
-        # Not even one agent fits the tokens left: answer directly (valid in both DoMs).
-        direct = done == 0 and not agent
+        # Right after the thinking the orchestrator may answer directly instead of writing agents (a question it
+        # can answer needs no system; as the original's prompts allow); when not even one agent fits the tokens
+        # left, that is the only choice. Low DoM's stage grammar has its own direct answer.
+        direct = done == 0 and (self.direct_answers or not agent)
         return agent_stage_grammar(k, self.dom, self.registry, limits, agent=agent, stop=done == 1, edges=done >= 2,
                                    direct_answer=direct and self.dom == "high")
 

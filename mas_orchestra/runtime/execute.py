@@ -168,6 +168,7 @@ async def execute_events(
     callbacks: list[Any],
     parent: Any = None,
     constrain_reply: ReplyConstrainer | None = None,
+    plain_replies: bool = False,
 ) -> AsyncIterator[dict[str, Any]]:
     """Compile ``run.spec`` with ``settings`` and run it, recording results in ``run``; the last event is the
     outcome (a compile error is one too). The run's deadline is the caller's (see :func:`with_deadline`).
@@ -181,6 +182,7 @@ async def execute_events(
         callbacks: LangChain callbacks for every model call.
         parent: The parent callback manager (the run's trace).
         constrain_reply: Binds the reply grammar to each model.
+        plain_replies: See :func:`~mas_orchestra.compile.compile_spec`.
 
     Yields:
         ``node_start`` / ``node_end`` events, then the outcome.
@@ -188,7 +190,8 @@ async def execute_events(
     assert run.spec is not None
     try:
         graph = compile_spec(
-            run.spec, model, search=search, registry=registry, settings=settings, constrain_reply=constrain_reply
+            run.spec, model, search=search, registry=registry, settings=settings, constrain_reply=constrain_reply,
+            plain_replies=plain_replies,
         )
     except CompileError as exc:
         yield {"type": "outcome", "outcome": run.outcome(Status.COMPILE_ERROR, error=str(exc))}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from langchain_core.callbacks.manager import AsyncCallbackManager
@@ -18,6 +19,14 @@ from langchain_core.runnables import Runnable, RunnableConfig
 
 from agents.base import message_text, model_name_of
 from agents.tools.mcp import DEFAULT_LIST_TIMEOUT, load_mcp_tools, mcp_run_sessions
+from mas_orchestra.caps import (
+    SamplingCaps,
+    apply_caps,
+    asks_plainly,
+    capped_registry,
+    caps_for_model,
+    tightest_caps,
+)
 from mas_orchestra.errors import SpecError
 from mas_orchestra.models import resolve_model, with_transient_retry
 from mas_orchestra.models.constraints import (
@@ -103,6 +112,14 @@ class Orchestra:
         mcp: MCP servers whose tools are offered the same way: a ``{"mcpServers": {...}}`` dict or JSON file;
             each server is started and its tools listed here.
         subagent_defaults: The pool model each agent kind uses by default, e.g. ``{"debate": "strong"}``.
+        caps: The most a plan may ask of the sub-agents (:class:`~mas_orchestra.caps.SamplingCaps`: temperature,
+            self-consistency samples, debate and reflexion rounds, agents). ``None``: the caps of the sub-agent
+            model (:func:`~mas_orchestra.caps.caps_for_model`: sized to the embedded model for it, none for API
+            models; over a pool the tightest). The prompt and a constrained orchestrator's grammar carry them; a
+            text plan that asks for more runs at the cap with a ``capped_param`` warning.
+        plain_replies: Ask step-by-step attempts (CoT, SC samples, Reflexion's first attempt) like one plain call
+            of the model — the task alone, no reply format or grammar — and read the reply as the answer;
+            ``None``: on when every sub-agent model asks plainly (the embedded model).
 
     Raises:
         ConstrainedDecodingError: ``constrained=True`` and a backend cannot decode under a grammar.
@@ -147,6 +164,8 @@ class Orchestra:
         tools: Iterable[Any] | None = None,
         mcp: Any = None,
         subagent_defaults: Mapping[str, str] | None = None,
+        caps: SamplingCaps | None = None,
+        plain_replies: bool | None = None,
     ) -> None:
         self.dom: Dom = check_dom(dom)
         self.strict = bool(strict)
@@ -177,6 +196,18 @@ class Orchestra:
             for name, model in pool.items()
         }
         self.registry = with_pool(self.registry, self.subagent_pool, subagent_defaults)
+        # Sampling caps of the sub-agent models (the tightest over a pool: a node may run on any of them). The
+        # uncapped registry reads text plans (so a value above a cap is capped with a warning, not refused); the
+        # capped one is what the prompt lists, the grammar allows and the compiler builds from.
+        self.caps: SamplingCaps = caps if caps is not None else tightest_caps(
+            caps_for_model(model) for model in self.subagent_pool.values()
+        )
+        self._reading_registry = self.registry
+        #: Step-by-step attempts asked as plain calls (see ``plain_replies`` above).
+        self.plain_replies: bool = bool(plain_replies) if plain_replies is not None else all(
+            asks_plainly(model) for model in self.subagent_pool.values()
+        )
+        self.registry = capped_registry(self.registry, self.caps)
         self.subagent: Runnable = next(iter(self.subagent_pool.values()))
         self._orchestrator_kwargs: dict[str, Any] = {}
         if orchestrator_temperature is not None:
@@ -192,7 +223,7 @@ class Orchestra:
         self._orchestrator_call: Runnable = self.orchestrator
         if orchestrator_mode != "off":
             self.orchestration_constraint = OrchestrationConstraint(
-                dom=dom, registry=self.registry, limits=grammar_limits or GrammarLimits()
+                dom=dom, registry=self.registry, limits=self._grammar_limits(grammar_limits), direct_answers=True
             )
             self.orchestration_constraint.grammar()  # a kind the grammar cannot express raises GrammarError now
             if orchestrator_max_tokens is None:
@@ -397,6 +428,9 @@ class Orchestra:
     def parse(self, text: str) -> GraphSpec:
         """Parse and validate orchestration text the way this Orchestra does (its DoM, registry, strictness).
 
+        A parameter above the sub-agent model's cap (:attr:`caps`) is brought down to it with a ``capped_param``
+        warning, or, with ``strict``, makes the text invalid.
+
         Args:
             text: Orchestration text (or our JSON form).
 
@@ -404,11 +438,21 @@ class Orchestra:
             The validated spec.
 
         Raises:
-            SpecError: The text is not a valid spec (every problem listed).
+            SpecError: The text is not a valid spec (every problem listed; with ``strict``, a parameter above a
+                cap, naming node and parameter).
         """
-        return parse_orchestration(text, dom=self.dom, registry=self.registry, strict=self.strict)
+        spec = parse_orchestration(text, dom=self.dom, registry=self._reading_registry, strict=self.strict)
+        return apply_caps(spec, self._reading_registry, self.caps, strict=self.strict,
+                          model=model_name_of(self.subagent))
 
     # -- internals ----------------------------------------------------------------------------
+
+    def _grammar_limits(self, given: GrammarLimits | None) -> GrammarLimits:
+        """The grammar's bounds: ``given`` (or the defaults) with at most the caps' ``max_agents`` agents."""
+        limits = given or GrammarLimits()
+        if self.caps.max_agents is not None and self.caps.max_agents < limits.max_agents:
+            limits = replace(limits, max_agents=self.caps.max_agents)
+        return limits
 
     async def _thread_events(
         self, run: RunRecord, child: Any, thread_id: str | None, resume: Any, fork_from: str | None
@@ -434,7 +478,7 @@ class Orchestra:
         yield {"type": "spec", "spec": run.spec}
         async for event in execute_events(
             run, model=self.subagent, search=self.search, registry=self.registry, settings=self.settings,
-            callbacks=[], parent=child, constrain_reply=self.constrain_reply,
+            callbacks=[], parent=child, constrain_reply=self.constrain_reply, plain_replies=self.plain_replies,
         ):
             yield event
 

@@ -198,6 +198,7 @@ def build_pipeline(
             graph = compile_spec(
                 spec, orchestra.subagent, search=orchestra.search, registry=orchestra.registry,
                 settings=orchestra.settings, constrain_reply=orchestra.constrain_reply,
+                plain_replies=orchestra.plain_replies,
             )
         except CompileError as exc:
             return {"status": "compile_error", "error": str(exc)}

@@ -32,6 +32,7 @@ WarningKind = Literal[
     "edges_ignored",        # <edge> blocks in low DoM (one agent cannot have edges)
     "missing_output_id",    # low DoM agent without <agent_output_id>: the id is a label only
     "unclosed_block",       # an <agent> block never closed (truncated text): read up to the next block / end
+    "capped_param",         # a parameter above the sub-agent model's cap (mas_orchestra.caps), run at the cap
 ]
 WARNING_KINDS: tuple[str, ...] = get_args(WarningKind)
 

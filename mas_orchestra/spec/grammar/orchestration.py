@@ -131,16 +131,21 @@ def orchestration_grammar(
     dom: Dom = "high",
     registry: AgentRegistry | None = None,
     limits: GrammarLimits | None = None,
+    *,
+    direct_answer: bool = False,
 ) -> str:
     """EBNF (xgrammar / vLLM dialect, root rule ``root``) of the orchestrations the validator accepts.
 
     In one piece, for backends that take one grammar per request; local decoding uses the stages instead (see
-    :class:`~mas_orchestra.models.constraints.OrchestrationConstraint`).
+    :class:`~mas_orchestra.models.constraints.OrchestrationConstraint`). Parameter values are enumerated within
+    the registry's bounds, so a registry narrowed by sampling caps (:func:`mas_orchestra.caps.capped_registry`)
+    gives a grammar that cannot ask for more.
 
     Args:
         dom: ``high`` or ``low``.
         registry: The offered kinds and their parameters (default: the default registry).
         limits: Caps on agents and text lengths (default: :class:`GrammarLimits`'s).
+        direct_answer: (high DoM) the orchestrator may also answer right after the thinking, with no agents.
 
     Returns:
         The grammar text.
@@ -156,7 +161,8 @@ def orchestration_grammar(
     if dom == "low":
         rules = [f"root ::= {thinking} {_low_choice(limits)}", *_agent_rules(1, kinds, limits, params, dom="low")]
         return "\n".join(rules) + "\n"
-    rules = [f"root ::= {thinking} agent_1 more_2"]
+    first = f"({_direct_answer(limits)} | agent_1 more_2)" if direct_answer else "agent_1 more_2"
+    rules = [f"root ::= {thinking} {first}"]
     for k in range(1, limits.max_agents + 1):
         rules.extend(_agent_rules(k, kinds, limits, params, dom="high"))
     # more_k: after k-1 agents, either stop (edges for k-1 agents) or write agent k.

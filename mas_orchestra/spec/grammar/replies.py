@@ -6,7 +6,7 @@ from typing import Any
 
 from mas_orchestra.spec.grammar.ebnf import lit, text_rule
 
-__all__ = ["REPLY_CLOSE", "REPLY_END", "reply_closing_grammar", "reply_grammar", "reply_json_schema"]
+__all__ = ["REPLY_CLOSE", "REPLY_END", "REPLY_EXAMPLE", "reply_closing_grammar", "reply_grammar", "reply_json_schema"]
 
 #: Between the reasoning and the answer of a sub-agent reply, and after the answer.
 REPLY_CLOSE = "</thinking>\n<answer>"
@@ -36,11 +36,25 @@ def reply_closing_grammar(close: str, answer_chars: int) -> str:
     return f"{lit(close)} {text_rule(answer_chars, first_nonspace=True)} {lit(REPLY_END)}"
 
 
+#: A complete reply in the contract, shown where a format is described (schema descriptions, docs) instead of
+#: placeholder text a small model would copy as its answer (the sub-agent prompts carry the same example).
+REPLY_EXAMPLE = {"thinking": "Each spider has 8 legs, so 3 spiders have 3 × 8 = 24 legs.", "answer": "24"}
+
+
 def reply_json_schema() -> dict[str, Any]:
-    """JSON schema of the reply contract for ``response_format`` APIs (``{"thinking", "answer"}``)."""
+    """JSON schema of the reply contract for ``response_format`` APIs (``{"thinking", "answer"}``).
+
+    The field descriptions give a worked example (:data:`REPLY_EXAMPLE`), not placeholder wording.
+    """
+    thinking, answer = REPLY_EXAMPLE["thinking"], REPLY_EXAMPLE["answer"]
+    example = f'for "A spider has 8 legs. How many legs do 3 spiders have?": thinking "{thinking}", answer "{answer}"'
     return {
         "type": "object",
-        "properties": {"thinking": {"type": "string"}, "answer": {"type": "string"}},
+        "properties": {
+            "thinking": {"type": "string", "description": f"The step-by-step reasoning; {example}."},
+            "answer": {"type": "string", "description": "Only the final answer to this task, e.g. 24 in the example "
+                       "of the reasoning's description."},
+        },
         "required": ["thinking", "answer"],
         "additionalProperties": False,
     }
