@@ -1,9 +1,8 @@
 """The sub-agent call contract shared by every block.
 
 Every sub-agent call asks the model for ``<thinking>…</thinking><answer>…</answer>``, parses the reply
-leniently and, when no answer can be found, re-asks with a format reminder a bounded number of times
-before failing with :class:`SubAgentFormatError`. Results are small typed objects that render as readable
-text when they are substituted into a downstream agent's input.
+leniently and, when no answer is found, re-asks with a format reminder a bounded number of times before
+failing with :class:`SubAgentFormatError`. Results are typed objects that render as readable text downstream.
 """
 
 from __future__ import annotations
@@ -252,13 +251,10 @@ def _find_reply(text: str) -> ParsedReply | None:
 def parse_reply(text: str) -> ParsedReply | None:
     """Find thinking and answer in a model reply, or ``None`` when no answer can be located.
 
-    Lenient in the ways real models deviate: tag case and spacing, an unclosed ``<answer>``, a
-    missing ``<thinking>``; as fallbacks an ``Answer: …`` line or a final ``\\boxed{}``. The format's wording in
-    front of an answer ("Your final answer is 84.") is dropped. A JSON object
-    ``{"thinking", "answer"}`` (what JSON-schema constrained APIs return) is read too. An answer that only
-    repeats the reply format — blank, the format's placeholder wording, or a verbatim copy of the instructions'
-    worked example (:func:`is_format_echo`) — is no answer: ``None``, so the caller re-asks as for any other
-    format failure.
+    Lenient in the ways real models deviate: tag case and spacing, an unclosed ``<answer>``, a missing
+    ``<thinking>``; as fallbacks an ``Answer: …`` line or a final ``\\boxed{}``; a JSON ``{"thinking", "answer"}``.
+    The format's wording in front of an answer ("Your final answer is 84.") is dropped. An answer that only repeats
+    the reply format (:func:`is_format_echo`) is no answer: ``None``, so the caller re-asks.
     """
     found = _find_reply(text)
     if found is None or is_format_echo(found.thinking, found.answer):
@@ -303,28 +299,24 @@ ReplyConstrainer = Callable[[Runnable, "int | None"], Runnable]
 
 @dataclass
 class CallSettings:
-    """How sub-agent calls are made: format repairs, per-call time bound, shared concurrency limit, and
-    optionally ``constrain_reply``, which binds the reply contract to the model (constrained decoding:
-    the reply cannot leave the format, so format re-asks should not happen)."""
+    """How sub-agent calls are made: format repairs, time bound, concurrency limit, token cap, and optionally
+    ``constrain_reply`` (binds the reply contract to the model: constrained decoding, no format re-asks)."""
 
     format_retries: int = _ORIGINAL_FORMAT_RETRIES
     call_timeout: float | None = None
     limiter: CallLimiter | asyncio.Semaphore | None = field(default=None, repr=False)
     max_tokens: int | None = None
     constrain_reply: ReplyConstrainer | None = field(default=None, repr=False)
-    #: Ask a step-by-step attempt the way a plain call does — the task alone, unconstrained — and read the reply
-    #: as its answer (:func:`ask_plain`). For small models that lose their answer when made to write the reply
-    #: format (SmolLM2-135M answers 4 of 6 short questions asked plainly, 1 of 6 under the format grammar).
+    #: Ask a step-by-step attempt as a plain call and read the reply as its answer (:func:`ask_plain`): for small
+    #: models (SmolLM2-135M answered 4 of 6 short questions asked plainly, 1 of 6 under the format grammar).
     plain_replies: bool = False
 
 
 def message_text(message: Any) -> str:
     """The text of a model reply or chat message, read as :attr:`BaseMessage.text` reads it.
 
-    A :class:`~langchain_core.messages.BaseMessage` gives its ``.text`` (string content as is; of content
-    blocks, the strings and the ``type: "text"`` blocks, joined). Anything else is read the same way
-    through its content: a plain string (an LLM's reply) is its own content, a chat dict
-    (``{"role", "content"}``, as in TRL completions) has ``"content"``, other objects their
+    A :class:`~langchain_core.messages.BaseMessage` gives its ``.text``; a plain string is its own content, a
+    chat dict (``{"role", "content"}``, as in TRL completions) has ``"content"``, other objects their
     ``.content``; ``None`` content reads as ``""``.
     """
     if isinstance(message, BaseMessage):

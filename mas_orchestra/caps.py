@@ -207,7 +207,8 @@ def _narrowed_params(kind: AgentKind, caps: SamplingCaps) -> type[Params] | None
     if not overrides:
         return None
     base: type[BaseModel] = kind.params
-    return create_model(kind.params.__name__, __base__=base, __doc__=kind.params.__doc__, **overrides)  # type: ignore[call-overload, no-any-return]
+    return create_model(  # type: ignore[call-overload, no-any-return]
+        kind.params.__name__, __base__=base, __doc__=kind.params.__doc__, **overrides)  # type: ignore[arg-type]
 
 
 def capped_registry(registry: AgentRegistry, caps: SamplingCaps) -> AgentRegistry:

@@ -41,6 +41,7 @@ from mas_orchestra.prompt_templates import PromptTemplate, load_template
 from mas_orchestra.prompts import orchestrator_messages
 from mas_orchestra.registry import AgentRegistry, offered_registry
 from mas_orchestra.runtime.execute import execute_events, with_deadline
+from mas_orchestra.runtime.guards import check_question, run_sync
 from mas_orchestra.runtime.outcome import Outcome, RunRecord
 from mas_orchestra.runtime.threads import NO_RESUME, thread_events
 from mas_orchestra.runtime.usage import ORCHESTRATOR_TAG
@@ -62,13 +63,8 @@ class Orchestra:
     """Ask an orchestrator model for a multi-agent system, compile it and run it on sub-agent models.
 
     Model arguments take a ``BaseChatModel`` (any Runnable over messages) or a model string (``embedded``,
-    ``openai:gpt-4o-mini``, ``vllm:<model>@<url>``, ``hf:<path>``, ``python:module:attr``…). The keywords
-    ``timeout``, ``call_timeout``, ``max_retries``, ``retry_initial_delay`` and ``max_concurrency`` are still
-    accepted next to ``settings`` and, when given, override the matching field; the result is ``self.settings``.
-
-    With a ``checkpointer``, runs live on threads (``arun(question, thread_id=...)``): the orchestration, the
-    approval and every node result are checkpointed, and running the same thread again resumes it without
-    calling the orchestrator or any finished node again (a finished thread returns its stored outcome).
+    ``openai:gpt-4o-mini``, ``vllm:<model>@<url>``, ``hf:<path>``, ``python:module:attr``…). With a
+    ``checkpointer``, runs live on threads (``arun(question, thread_id=...)``) and resume where they stopped.
 
     Args:
         orchestrator: The model that writes the orchestration (default ``embedded``).
@@ -112,13 +108,10 @@ class Orchestra:
         mcp: MCP servers whose tools are offered the same way: a ``{"mcpServers": {...}}`` dict or JSON file;
             each server is started and its tools listed here.
         subagent_defaults: The pool model each agent kind uses by default, e.g. ``{"debate": "strong"}``.
-        caps: The most a plan may ask of the sub-agents (:class:`~mas_orchestra.caps.SamplingCaps`: temperature,
-            self-consistency samples, debate and reflexion rounds, agents). ``None``: the caps of the sub-agent
-            model (:func:`~mas_orchestra.caps.caps_for_model`: sized to the embedded model for it, none for API
-            models; over a pool the tightest). The prompt and a constrained orchestrator's grammar carry them; a
-            text plan that asks for more runs at the cap with a ``capped_param`` warning.
-        plain_replies: Ask step-by-step attempts (CoT, SC samples, Reflexion's first attempt) like one plain call
-            of the model — the task alone, no reply format or grammar — and read the reply as the answer;
+        caps: The most a plan may ask of the sub-agents (:class:`~mas_orchestra.caps.SamplingCaps`); ``None``:
+            the sub-agent model's (:func:`~mas_orchestra.caps.caps_for_model`; over a pool the tightest). A text
+            plan above a cap runs at it with a ``capped_param`` warning.
+        plain_replies: Ask step-by-step attempts as one plain call of the model and read the reply as the answer;
             ``None``: on when every sub-agent model asks plainly (the embedded model).
 
     Raises:
@@ -482,35 +475,3 @@ class Orchestra:
         ):
             yield event
 
-
-def check_question(question: Any) -> None:
-    """Refuse a question that is not text before anything runs.
-
-    Args:
-        question: What the caller passed as the task.
-
-    Raises:
-        TypeError: ``question`` is not a ``str``.
-    """
-    if not isinstance(question, str):
-        raise TypeError(f"question must be a str, got {type(question).__name__}")
-
-
-def run_sync(coro: Any) -> Any:
-    """Run a coroutine to completion from synchronous code (the sync wrappers of the async API).
-
-    Args:
-        coro: The coroutine; it is closed unrun when refused.
-
-    Returns:
-        The coroutine's result.
-
-    Raises:
-        RuntimeError: Called inside a running event loop (use the ``a``-prefixed method there).
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    coro.close()
-    raise RuntimeError("called the sync API inside a running event loop; use `await orchestra.arun(...)`")

@@ -59,6 +59,11 @@ class PipelineRunner(Protocol):
         ...
 
     @property
+    def plain_replies(self) -> bool:
+        """Whether step-by-step attempts are asked as plain calls (see :func:`mas_orchestra.compile.compile_spec`)."""
+        ...
+
+    @property
     def checkpointer(self) -> Any:
         """Where threads are checkpointed: a saver, a SQLite path or a PostgreSQL URL."""
         ...
