@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -113,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             "|---|---|---|---|---|---|---|---|"]
     for depth in (int(d) for d in args.depths.split(",")):
         data = generate("depth", [depth], n=args.n, seed=args.seed, split="test")
-        for i, arm in enumerate(arms):
-            run_dir = out / f"depth{depth}-arm{i}-{arm.dom}-{Path(arm.orchestrator).name}"
+        for arm in arms:
+            run_dir = out / f"depth{depth}-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", arm.label).strip("-")
             summary = evaluate(
                 data, orchestrator=arm.orchestrator, subagent=SUBAGENT, dom=arm.dom, samples=args.samples,
                 out_dir=run_dir, temperature=args.temperature, max_tokens=args.max_tokens, max_agents=4,
