@@ -273,3 +273,14 @@ def test_pareto_replays_the_same_plans_on_one_pool_model(depth3):
     spec = force_model(spec_from_data({"nodes": [{"id": "A", "agent": "cot", "params": {"model": "fast"}}]},
                                       registry=registry), "strong")
     assert spec.nodes[0].params["model"] == "strong"
+
+
+def test_controls_refuse_a_run_without_merged_weights(tmp_path):
+    from training.controls import arms_for
+
+    with pytest.raises(SystemExit, match="merged does not exist"):
+        arms_for([str(tmp_path / "run")])
+    (tmp_path / "run" / "merged").mkdir(parents=True)
+    arms = arms_for([str(tmp_path / "run")], low_dom_run=str(tmp_path / "low"))
+    assert [a.label for a in arms] == ["base", "trained (run)", "low DoM, trained (low)"]
+    assert arms[-1].dom == "low" and arms[1].orchestrator.endswith("run/merged")

@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     for depth in (int(d) for d in args.depths.split(",")):
         data = generate("depth", [depth], n=args.n, seed=args.seed, split="test")
         for arm in arms:
-            run_dir = out / f"depth{depth}-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", arm.label).strip("-")
+            run_dir = out / (f"depth{depth}-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", arm.label).strip("-"))
             summary = evaluate(
                 data, orchestrator=arm.orchestrator, subagent=SUBAGENT, dom=arm.dom, samples=args.samples,
                 out_dir=run_dir, temperature=args.temperature, max_tokens=args.max_tokens, max_agents=4,
