@@ -196,3 +196,20 @@ def test_training_curve_reads_tables_and_plots_structure(tmp_path):
     assert "refdepth" not in old  # runs logged before the structure metrics keep their table
     png = plot_training(curve, tmp_path / "curve.png")
     assert png.stat().st_size > 1000
+
+
+def test_eval_without_direct_answers_is_its_own_run_and_the_grammar_refuses_them(tmp_path):
+    from mas_orchestra.models.constraints import OrchestrationConstraint
+    from mas_orchestra.spec.grammar import GrammarLimits
+
+    registry = offered_registry(None, agents=["cot", "sc"])
+    on = OrchestrationConstraint(dom="high", registry=registry, limits=GrammarLimits(), direct_answers=True)
+    off = OrchestrationConstraint(dom="high", registry=registry, limits=GrammarLimits(direct_answer=False))
+    assert "<answer>" in on.grammar() and "<answer>" not in off.grammar()
+    from mas_orchestra.bench.evaluation import evaluate
+    from mas_orchestra.testing import ScriptedChatModel
+
+    rows = [{"id": "q", "question": "What is 2 + 2?", "answer": "4"}]
+    summary = evaluate(rows, orchestrator=ScriptedChatModel(replies=[CHAIN3.to_xml()]), subagent="scripted:4",
+                       direct_answer=False, out_dir=tmp_path / "run", progress=False, plot=False)
+    assert summary["avg_at_k"] == 1.0 and summary.get("direct_answer") is False

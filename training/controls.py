@@ -119,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             summary = evaluate(
                 data, orchestrator=arm.orchestrator, subagent=SUBAGENT, dom=arm.dom, samples=args.samples,
                 out_dir=run_dir, temperature=args.temperature, max_tokens=args.max_tokens, max_agents=4,
+                direct_answer=False,
                 agents=agents, progress=False, plot=False, prompt=args.prompt if arm.dom == "high" else None,
                 data_name=f"masbench:depth:{depth}:n={args.n}:seed={args.seed}:split=test", concurrency=4,
             )

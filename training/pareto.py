@@ -126,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             summary = evaluate(
                 data, orchestrator=orchestrator, subagent={"fast": FAST, "strong": STRONG}, samples=args.samples,
                 out_dir=run_dir, temperature=args.temperature, max_tokens=args.max_tokens, max_agents=4,
+                direct_answer=False,
                 agents=["cot", "sc"], prompt=args.prompt, progress=False, plot=False, concurrency=4,
                 data_name=f"masbench:depth:{depth}:n={args.n}:seed={args.seed}:split=test",
             )

@@ -215,8 +215,9 @@ class Orchestra:
         self.orchestration_constraint: OrchestrationConstraint | None = None
         self._orchestrator_call: Runnable = self.orchestrator
         if orchestrator_mode != "off":
+            limits = self._grammar_limits(grammar_limits)
             self.orchestration_constraint = OrchestrationConstraint(
-                dom=dom, registry=self.registry, limits=self._grammar_limits(grammar_limits), direct_answers=True
+                dom=dom, registry=self.registry, limits=limits, direct_answers=limits.direct_answer
             )
             self.orchestration_constraint.grammar()  # a kind the grammar cannot express raises GrammarError now
             if orchestrator_max_tokens is None:

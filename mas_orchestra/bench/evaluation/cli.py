@@ -73,6 +73,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             agents=[a.strip() for a in args.agents.split(",") if a.strip()] if args.agents else None,
             max_agents=args.max_agents, max_tokens=args.max_tokens, strict=args.strict, prompt=args.prompt,
             whole_response_fallback=args.whole_response_fallback, control=args.control,
+            direct_answer=not args.no_direct_answer,
         )
     except errors as exc:
         # KeyError's str() quotes its message (an unknown agent kind in --agents); print the message itself.
@@ -140,6 +141,9 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--whole-response-fallback", action="store_true",
                    help="grade an orchestration with no agent and no <answer> on its whole text, as the "
                         "original reward did (off by default)")
+    p.add_argument("--no-direct-answer", action="store_true",
+                   help="a constrained high-DoM orchestration must declare agents (as in training's grammar: evaluate "
+                        "a trained orchestrator with it)")
     controls = p.add_mutually_exclusive_group()
     controls.add_argument("--ablate-wiring", dest="control", action="store_const", const="ablate-wiring",
                           help="causal control (high DoM): remove every ${id} reference from the plan's inputs before "

@@ -31,6 +31,7 @@ __all__ = [
     "ConfigMismatchError",
     "EvalInputError",
     "load_rows",
+    "model_label",
 ]
 
 # One logger for the whole eval, under the name it has always had (so existing log filters keep working).
@@ -55,7 +56,7 @@ BASELINE_KINDS: tuple[str, ...] = _BASELINE_KINDS
 IDENTITY_KEYS: tuple[str, ...] = (
     "data", "orchestrator", "subagent", "dom", "grader", "judge_model", "baseline", "agents", "max_tokens",
     # None when off, so directories written before these existed still match:
-    "strict", "prompt", "whole_response_fallback", "control",
+    "strict", "prompt", "whole_response_fallback", "control", "direct_answer",
 )
 
 
@@ -100,3 +101,22 @@ def load_rows(source: str | os.PathLike[str] | Iterable[Mapping[str, Any]]) -> l
 
 def _run_label(baseline: str | None, orchestrator: str | None) -> str:
     return baseline if baseline else f"orchestra:{orchestrator}"
+
+
+def model_label(model: Any) -> str | None:
+    """How a model is written in config.json: its string, or class and model name for an object.
+
+    Args:
+        model: A model string, a chat model, a pool mapping, or ``None``.
+
+    Returns:
+        The label (``None`` for no model).
+    """
+    if model is None:
+        return None
+    if isinstance(model, str):
+        return model.strip()
+    if isinstance(model, Mapping):  # a sub-agent model pool
+        return ",".join(f"{name}={model_label(m)}" for name, m in model.items())
+    name = getattr(model, "model_name", None) or getattr(model, "model", None)
+    return f"{type(model).__name__}:{name}" if isinstance(name, str) and name else type(model).__name__

@@ -25,6 +25,7 @@ from mas_orchestra.bench.evaluation.common import (
     _run_label,
     load_rows,
     log,
+    model_label,
 )
 from mas_orchestra.bench.evaluation.controls import check_control
 from mas_orchestra.bench.evaluation.plots import discover_run_dirs, pareto_plot
@@ -49,18 +50,6 @@ _BASELINE_DEBATE_ROLES = BASELINE_DEBATE_ROLES  # the roles graphs.baselines giv
 # Slack on top of the Math-Verify timeout: a fresh grading worker may take up to 120 s to import sympy,
 # and a judge model call needs a network round trip. Past it, the grade is False with the error recorded.
 _GRADE_SLACK_S = 150.0
-
-
-def _model_label(model: Any) -> str | None:
-    """How a model is written in config.json: its string, or class and model name for an object."""
-    if model is None:
-        return None
-    if isinstance(model, str):
-        return model.strip()
-    if isinstance(model, Mapping):  # a sub-agent model pool
-        return ",".join(f"{name}={_model_label(m)}" for name, m in model.items())
-    name = getattr(model, "model_name", None) or getattr(model, "model", None)
-    return f"{type(model).__name__}:{name}" if isinstance(name, str) and name else type(model).__name__
 
 
 def _baseline_spec(kind: str, temperature: float | None) -> Any:
@@ -111,6 +100,7 @@ def _make_runner(
     constrained: Any = None,
     agents: list[str] | None = None,
     max_agents: int | None = None,
+    direct_answer: bool = True,
     max_tokens: int | None = None,
     strict: bool = False,
     prompt: Any = None,
@@ -133,7 +123,8 @@ def _make_runner(
     orchestra = Orchestra(
         models(orchestrator), pool or sub_model, dom,  # type: ignore[arg-type]
         search=search, settings=settings, orchestrator_temperature=temperature, constrained=constrained,
-        agents=agents, grammar_limits=GrammarLimits(max_agents=max_agents) if max_agents else None,
+        agents=agents, grammar_limits=GrammarLimits(max_agents=max_agents or GrammarLimits.max_agents,
+                                                    direct_answer=direct_answer),
         orchestrator_max_tokens=max_tokens, strict=strict, prompt=prompt,
     )
     if control is not None:
@@ -236,6 +227,7 @@ async def aevaluate(
     settings: RunSettings | None = None,
     agents: list[str] | None = None,
     max_agents: int | None = None,
+    direct_answer: bool = True,
     max_tokens: int | None = None,
     strict: bool = False,
     prompt: str | os.PathLike[str] | None = None,
@@ -273,6 +265,8 @@ async def aevaluate(
         settings: The bounds and retries of each run (:class:`~mas_orchestra.settings.RunSettings`).
         agents: Restricts the kinds offered to the orchestrator (as ``Orchestra(agents=...)``).
         max_agents: Caps a constrained orchestration's agents.
+        direct_answer: A constrained high-DoM orchestration may be a direct answer (``False`` for an orchestrator
+            trained without that option, as training's grammar is).
         max_tokens: The orchestrator's budget per orchestration (a trained one's ``max_completion_length``).
         strict: Any parser leniency makes a run ``invalid_spec`` (see :class:`~mas_orchestra.spec.SpecWarning`).
         prompt: The orchestrator's prompt template folder (:mod:`mas_orchestra.prompt_templates`; ``None``: ours).
@@ -308,7 +302,7 @@ async def aevaluate(
     plan_rows = all_rows[:limit] if limit is not None else all_rows
     if orchestrator is None and not baseline:
         orchestrator = "embedded"
-    orch_label = None if baseline else _model_label(orchestrator)
+    orch_label = None if baseline else model_label(orchestrator)
     now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     config: dict[str, Any] = {
         "version": CONFIG_VERSION,
@@ -317,12 +311,12 @@ async def aevaluate(
                                                      else "") + (f" control[{control}]" if control else ""),
         "data": data_label,
         "orchestrator": orch_label,
-        "subagent": _model_label(subagent),
+        "subagent": model_label(subagent),
         "dom": None if baseline else dom,
         "grader": grader,
-        "judge_model": _model_label(judge) if grader == "judge" else None,
+        "judge_model": model_label(judge) if grader == "judge" else None,
         "baseline": baseline,
-        "search": _model_label(search),
+        "search": model_label(search),
         "samples": samples,
         "limit": limit,
         "rows": len(plan_rows),
@@ -332,6 +326,7 @@ async def aevaluate(
         "constrained": constrained,
         "agents": list(agents) if agents else None,
         "max_agents": max_agents,
+        "direct_answer": None if direct_answer else False,
         "max_tokens": max_tokens,
         "strict": True if strict else None,
         "prompt": str(Path(prompt).resolve()) if prompt is not None else None,
@@ -360,7 +355,7 @@ async def aevaluate(
                 concurrency=concurrency, grader=grader, judge=judge, grade_timeout=grade_timeout,
                 progress=progress, constrained=constrained, agents=agents, max_agents=max_agents,
                 max_tokens=max_tokens, strict=strict, prompt=prompt, whole_response_fallback=whole_response_fallback,
-                control=control,
+                control=control, direct_answer=direct_answer,
             )
         summary = summarize(read_results(results_path).values(), config=config,
                             elapsed_s=time.perf_counter() - started)
@@ -397,6 +392,7 @@ async def _run_pending(
     constrained: Any = None,
     agents: list[str] | None = None,
     max_agents: int | None = None,
+    direct_answer: bool = True,
     max_tokens: int | None = None,
     strict: bool = False,
     prompt: Any = None,
@@ -416,6 +412,7 @@ async def _run_pending(
     runner = _make_runner(
         orchestrator=orchestrator, subagent=subagent, dom=dom, baseline=baseline, search=search, settings=settings,
         temperature=temperature, models=models, constrained=constrained, agents=agents, max_agents=max_agents,
+        direct_answer=direct_answer,
         max_tokens=max_tokens, strict=strict, prompt=prompt, control=control,
     )
     deadline = grade_timeout + _GRADE_SLACK_S

@@ -118,7 +118,7 @@ def summarize(
     if config:
         for key in ("label", "data", "orchestrator", "subagent", "dom", "grader", "judge_model", "baseline",
                     "search", "limit", "timeout", "temperature", "constrained", "agents", "max_agents", "max_tokens",
-                    "strict", "prompt", "whole_response_fallback", "control"):
+                    "strict", "prompt", "whole_response_fallback", "control", "direct_answer"):
             summary[key] = config.get(key)
     return summary
 

@@ -52,6 +52,9 @@ class GrammarLimits:
         answer_chars: Characters of a direct answer.
         string_param_chars: Characters of a string parameter (a debate role).
         max_list_items: Items of a list parameter (debate roles), or its minimum when larger.
+        direct_answer: A high-DoM orchestration may instead answer right after its thinking (no agents); the
+            :class:`~mas_orchestra.runtime.Orchestra` grammar honours it, training's grammar never offers it, so
+            evaluate a trained orchestrator with ``False``.
     """
 
     max_agents: int = 4
@@ -61,6 +64,7 @@ class GrammarLimits:
     answer_chars: int = 200
     string_param_chars: int = 40
     max_list_items: int = 4  # list parameters (debate roles) get at most this many items, or their minimum
+    direct_answer: bool = True
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_agents <= MAX_NODES:
