@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from training.config import load_yaml
+from training.config import parse_config
 from training.distributed import (
     LaunchError,
     WorldSizeMismatchError,
@@ -63,17 +63,17 @@ def test_fsdp2_config():
 
 
 def test_cpu_ddp_recipe_batch_is_two_prompts_of_four():
-    recipe = load_yaml(REPO / "recipes" / "cpu_ddp.yaml")
-    completions = 2 * recipe["per_device_train_batch_size"] * recipe["gradient_accumulation_steps"]
-    assert completions % recipe["num_generations"] == 0 and completions == 8
+    recipe = parse_config(["--config", str(REPO / "recipes" / "cpu_ddp.yaml")])
+    completions = 2 * recipe.per_device_train_batch_size * recipe.gradient_accumulation_steps
+    assert recipe.num_generations and completions % recipe.num_generations == 0 and completions == 8
 
 
 def test_gpu_recipes_batch_arithmetic_holds_for_every_8_process_config():
-    recipe = load_yaml(REPO / "recipes" / "paper_qwen7b.yaml")
+    recipe = parse_config(["--config", str(REPO / "recipes" / "paper_qwen7b.yaml")])
     for name in ("zero2.yaml", "zero3.yaml", "fsdp2.yaml"):
         processes = cluster(name).num_processes
-        completions = processes * recipe["per_device_train_batch_size"] * recipe["gradient_accumulation_steps"]
-        assert completions == 64 * recipe["num_generations"]  # 64 prompts x 32 rollouts, the paper's batch
+        completions = processes * recipe.per_device_train_batch_size * recipe.gradient_accumulation_steps
+        assert completions == 64 * (recipe.num_generations or 0)  # 64 prompts x 32 rollouts, the paper's batch
 
 
 def test_a_config_with_an_unknown_key_is_refused_by_the_parser(tmp_path):

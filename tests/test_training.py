@@ -16,7 +16,7 @@ from mas_orchestra.runtime import Outcome, Status
 from mas_orchestra.spec import spec_from_data
 from mas_orchestra.testing import ScriptedChatModel, cot_reply
 from training import rewards as rewards_mod
-from training.config import OrchestraGRPOConfig, build_parser, load_yaml, parse_config
+from training.config import Hardware, OrchestraGRPOConfig, TrainingConfigError, build_parser, parse_config
 from training.data import (
     build_dataset,
     filter_long_prompts,
@@ -369,7 +369,7 @@ def test_trl_dataset_holds_single_and_multi_answers(tmp_path):
 def test_config_yaml_then_cli_override(tmp_path):
     path = tmp_path / "r.yaml"
     path.write_text("model: Qwen/Qwen2.5-1.5B-Instruct\nnum-generations: 8\nper_device_train_batch_size: 8\n"
-                    "learning_rate: 2.0e-5\nuse_vllm: true\nresume: true\nlimit: null\n")
+                    "learning_rate: 2.0e-5\nuse_vllm: true\nresume_from_checkpoint: true\nlimit: null\n")
     cfg = parse_config(["--config", str(path), "--num-generations", "4", "--no-use-vllm", "--beta=0.01"])
     assert cfg.model == "Qwen/Qwen2.5-1.5B-Instruct"
     assert cfg.num_generations == 4 and cfg.per_device_train_batch_size == 8
@@ -395,14 +395,21 @@ def test_config_defaults_are_the_cpu_smoke_and_match_the_recipe():
 def test_config_errors(tmp_path, capsys):
     path = tmp_path / "bad.yaml"
     path.write_text("num_generation: 8\n")
-    with pytest.raises(ValueError, match="unknown keys num_generation"):
-        load_yaml(path)
-    typed = tmp_path / "typed.yaml"
-    typed.write_text("merged_sampling: maybe\n")
-    with pytest.raises(ValueError, match=r"typed\.yaml: merged_sampling: expected a boolean \(true/false\), got 'maybe'"):
-        load_yaml(typed)  # the file and the key are named
     with pytest.raises(SystemExit):
         parse_config(["--config", str(path)])
+    assert "unknown keys num_generation (did you mean num_generations?)" in capsys.readouterr().err
+    renamed = tmp_path / "old.yaml"
+    renamed.write_text("resume: true\nvllm_server_url: http://x\n")
+    with pytest.raises(SystemExit):
+        parse_config(["--config", str(renamed)])
+    err = capsys.readouterr().err
+    assert "resume (did you mean resume_from_checkpoint?)" in err and "did you mean vllm_server_base_url?" in err
+    typed = tmp_path / "typed.yaml"
+    typed.write_text("merged_sampling: maybe\n")
+    with pytest.raises(SystemExit):
+        parse_config(["--config", str(typed)])
+    err = capsys.readouterr().err
+    assert "merged_sampling" in err and "maybe" in err  # the field and the value are named
     with pytest.raises(SystemExit):
         parse_config(["--num-generations", "3"])  # 2 x 2 completions is not a multiple of 3
     with pytest.raises(SystemExit):
@@ -412,19 +419,75 @@ def test_config_errors(tmp_path, capsys):
     assert "valid values are math, exact, f1, mcq, judge" in capsys.readouterr().err  # grading.VALID_KINDS
     with pytest.raises(SystemExit):
         parse_config(["--use-vllm", "--vllm-mode", "server"])
-    assert "needs --vllm-server-url" in capsys.readouterr().err
+    assert "needs --vllm-server-base-url" in capsys.readouterr().err
+    with pytest.raises(TrainingConfigError, match=r"logging_steps=0: must be > 0.*eval_steps=2\.5: must be a whole"):
+        OrchestraGRPOConfig(logging_steps=0, eval_steps=2.5)
+    with pytest.raises(SystemExit):
+        parse_config(["--bf16", "sometimes"])
+    assert "expected true, false or auto, got 'sometimes'" in capsys.readouterr().err
     text = build_parser().format_help()
-    assert "--num-generations" in text and "GRPO group size" in text
+    assert "--num-generations" in text and "GRPO group size" in text and "--config" in text
 
 
-@pytest.mark.parametrize("recipe", ["paper_qwen7b.yaml", "single_gpu_qwen1_5b.yaml", "cpu_smoke.yaml",
-                                    "cpu_learning.yaml"])
+def test_config_old_spellings_still_work():
+    """Flags users already type: --resume (bare or a path), --vllm-server-url, --no-<flag> of every boolean of
+    ours, auto for the hardware-decided options; recipe keys may use - for _."""
+    assert parse_config(["--vllm-server-url", "http://h:8000"]).vllm_server_base_url == "http://h:8000"
+    assert parse_config(["--no-merge"]).merge is False and parse_config(["--merge"]).merge is True
+    assert parse_config(["--no-use-vllm"]).use_vllm is False and parse_config(["--no-strict"]).strict is False
+    assert parse_config(["--no-merged-sampling"]).merged_sampling is False
+    assert parse_config(["--shared-prefix", "false"]).shared_prefix is False
+    assert parse_config(["--resume", "false"]).resume_from is False
+    assert parse_config(["--resume-from-checkpoint", "last"]).resume_from is True
+
+
+def test_auto_options_are_decided_by_the_hardware(monkeypatch):
+    from training import config as config_mod
+
+    monkeypatch.setattr(config_mod, "detect_hardware", lambda: Hardware(cuda=False, native_bf16=False))
+    cfg = parse_config([])
+    assert (cfg.bf16, cfg.gradient_checkpointing, cfg.batched_rollouts, cfg.shared_prefix, cfg.use_cpu) == (
+        False, False, True, True, True)
+    forced = parse_config(["--gradient-checkpointing", "--batched-rollouts", "false", "--shared-prefix", "no"])
+    assert (forced.gradient_checkpointing, forced.batched_rollouts, forced.shared_prefix) == (True, False, False)
+    assert forced.activation_checkpointing is True  # transformers' new name, which its Trainer reads
+    monkeypatch.setattr(config_mod, "detect_hardware", lambda: Hardware(cuda=False, native_bf16=True))
+    assert parse_config(["--bf16", "auto"]).bf16 is True and parse_config(["--bf16", "false"]).bf16 is False
+
+
+def test_bf16_is_autocast_over_float32_weights_on_a_cpu_and_bf16_weights_on_a_gpu(monkeypatch, caplog):
+    from training import config as config_mod
+
+    monkeypatch.setattr(config_mod, "detect_hardware", lambda: Hardware(cuda=False, native_bf16=True))
+    cpu = parse_config([])  # a CPU with AVX-512 BF16 / AMX
+    assert cpu.bf16 and cpu.model_init_kwargs == {"dtype": "float32"}
+    off = parse_config(["--bf16", "false"])
+    assert not off.bf16
+    monkeypatch.setattr(config_mod, "detect_hardware", lambda: Hardware(cuda=False, native_bf16=False))
+    plain_cpu = parse_config([])
+    assert not plain_cpu.bf16 and plain_cpu.model_init_kwargs == {"dtype": "float32"}
+    with caplog.at_level(logging.WARNING, logger="training.config"):
+        forced = parse_config(["--bf16", "true"])
+    assert forced.bf16 and forced.model_init_kwargs == {"dtype": "float32"}
+    assert "emulated and slower than float32" in caplog.text
+    gpu = OrchestraGRPOConfig.__new__(OrchestraGRPOConfig)  # no GPU here: resolve only, TRL's checks need one
+    gpu.bf16, gpu.fp16, gpu.use_cpu, gpu.gradient_checkpointing, gpu.activation_checkpointing = None, False, False, \
+        None, None
+    gpu.batched_rollouts = gpu.shared_prefix = None
+    gpu._resolve_auto(Hardware(cuda=True, native_bf16=True))
+    assert gpu.bf16 and gpu.activation_checkpointing and not gpu.batched_rollouts and not gpu.shared_prefix
+    assert not gpu.use_cpu
+
+
+@pytest.mark.parametrize("recipe", sorted(p.name for p in RECIPES.glob("*.yaml")))
 def test_recipes_parse(recipe):
     cfg = parse_config(["--config", str(RECIPES / recipe)])
+    assert isinstance(cfg, OrchestraGRPOConfig) and cfg.max_steps >= 1
     if recipe == "paper_qwen7b.yaml":
         assert cfg.model == "Qwen/Qwen2.5-7B-Instruct" and cfg.subagent.startswith("vllm:openai/gpt-oss-120b@")
         assert cfg.num_generations == 32 and cfg.beta == 0.001 and cfg.epsilon == 0.2 and cfg.temperature == 1.0
         assert cfg.max_prompt_length == 15360 and cfg.max_completion_length == 8192 and cfg.learning_rate == 1e-5
+        assert cfg.resume_from is True and cfg.vllm_max_model_length == 15360 + 8192
         processes = 8
         completions = processes * cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps
         assert completions == 64 * 32  # 64 prompts x 32 rollouts per optimizer step
@@ -433,52 +496,67 @@ def test_recipes_parse(recipe):
         assert cfg.subagent == "python:mas_orchestra.bench.masbench:MasbenchCalculator"
         assert cfg.agent_kinds == ["cot", "sc", "debate"] and cfg.dataset.endswith("split=train")
         assert cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps % cfg.num_generations == 0
+        assert cfg.gradient_checkpointing is True and cfg.resume_from is False
     if recipe == "single_gpu_qwen1_5b.yaml":
         assert cfg.use_vllm and cfg.vllm_mode == "colocate" and cfg.model == "Qwen/Qwen2.5-1.5B-Instruct"
 
 
-@needs_train
-def test_grpo_config_mapping():
-    from training.grpo import build_grpo_config
+def test_grpo_config_mapping(monkeypatch):
+    from training import config as config_mod
 
-    cfg = parse_config(["--max-completion-length", "64", "--beta", "0.002", "--use-vllm",
-                        "--max-prompt-length", "1000", "--report-to", "tensorboard"])
-    args = build_grpo_config(cfg, cuda=False, bf16_ok=False)
+    monkeypatch.setattr(config_mod, "detect_hardware", lambda: Hardware(cuda=False, native_bf16=False))
+    args = parse_config(["--max-completion-length", "64", "--beta", "0.002", "--use-vllm",
+                         "--max-prompt-length", "1000", "--report-to", "tensorboard"])
     assert (args.max_completion_length, args.beta, args.epsilon, args.num_generations) == (64, 0.002, 0.2, 4)
     assert args.use_vllm and args.vllm_mode == "colocate" and args.vllm_max_model_length == 1064
     assert args.use_cpu and not args.bf16 and not args.gradient_checkpointing
     assert args.remove_unused_columns is False and args.report_to == ["tensorboard"]
     assert args.model_init_kwargs == {"dtype": "float32"}
     assert args.generation_kwargs is None  # no constraint given
+    assert parse_config(["--vllm-max-model-length", "4096", "--use-vllm"]).vllm_max_model_length == 4096
 
 
-@needs_train
-def test_bf16_is_autocast_over_float32_weights_on_a_cpu_and_bf16_weights_on_a_gpu(caplog):
-    from training.grpo import build_grpo_config
+def test_training_arguments_from_a_recipe_reach_the_trainer(tmp_path, tiny):
+    """Any TrainingArguments option is a recipe key: the schedule, warmup, weight decay and clipping the
+    trainer builds its optimizer from."""
+    from training.trainer import OrchestraGRPOTrainer
 
-    auto = parse_config([])
-    cpu = build_grpo_config(auto, cuda=False, bf16_ok=True)  # a CPU with AVX-512 BF16 / AMX
-    assert cpu.bf16 and cpu.model_init_kwargs == {"dtype": "float32"}
-    plain_cpu = build_grpo_config(auto, cuda=False, bf16_ok=False)
-    assert not plain_cpu.bf16 and plain_cpu.model_init_kwargs == {"dtype": "float32"}
-    off = build_grpo_config(parse_config(["--bf16", "false"]), cuda=False, bf16_ok=True)
-    assert not off.bf16
-    with caplog.at_level(logging.WARNING, logger="training.grpo"):
-        forced = build_grpo_config(parse_config(["--bf16", "true"]), cuda=False, bf16_ok=False)
-    assert forced.bf16 and forced.model_init_kwargs == {"dtype": "float32"}
-    assert "emulated and slower than float32" in caplog.text
+    path, tokenizer, _ = tiny
+    recipe = tmp_path / "schedule.yaml"
+    recipe.write_text("warmup_steps: 0.5\nweight_decay: 0.05\nlr_scheduler_type: constant_with_warmup\n"
+                      "max_grad_norm: 0.3\nmax_steps: 4\nlearning_rate: 1.0e-4\nnum_generations: 2\n"
+                      f"per_device_train_batch_size: 2\ngradient_accumulation_steps: 1\noutput_dir: {tmp_path}\n")
+    cfg = parse_config(["--config", str(recipe), "--weight-decay", "0.07"])
+    assert (cfg.warmup_steps, cfg.weight_decay, cfg.lr_scheduler_type.value, cfg.max_grad_norm) == (
+        0.5, 0.07, "constant_with_warmup", 0.3)
+    from datasets import Dataset
+
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": "2+2?"}], "answer": ["4"]}] * 2)
+    trainer = OrchestraGRPOTrainer(model=str(path), reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+                                   args=cfg, train_dataset=data, processing_class=tokenizer)
+    assert trainer.args is cfg and trainer.args.max_grad_norm == 0.3
+    trainer.create_optimizer_and_scheduler(num_training_steps=cfg.max_steps)
+    assert {g["weight_decay"] for g in trainer.optimizer.param_groups} >= {0.07}
+    lrs = []
+    for _ in range(4):
+        lrs.append(trainer.lr_scheduler.get_last_lr()[0])
+        trainer.optimizer.step()
+        trainer.lr_scheduler.step()
+    assert lrs == pytest.approx([0.0, 5e-5, 1e-4, 1e-4])  # warmup over half of 4 steps, then constant
 
 
 def test_vllm_rollouts_get_the_one_piece_grammar():
     from mas_orchestra.spec.grammar import GrammarLimits, orchestration_grammar
-    from training.grpo import _orchestration_constraint, build_grpo_config
+    from training.grpo import _orchestration_constraint
     from training.rewards import orchestra_registry
+    from training.trainer import structured_generation_kwargs
 
     cfg = parse_config(["--use-vllm", "--dom", "high", "--max-agents", "3"])
     registry = orchestra_registry()
-    args = build_grpo_config(cfg, cuda=False, bf16_ok=False, constraint=_orchestration_constraint(cfg, registry))
-    grammar = args.generation_kwargs["structured_outputs"]["grammar"]
-    assert grammar == orchestration_grammar("high", registry, GrammarLimits(max_agents=3))
+    kwargs = structured_generation_kwargs({"top_k": 5}, _orchestration_constraint(cfg, registry))
+    assert kwargs["structured_outputs"]["grammar"] == orchestration_grammar("high", registry,
+                                                                            GrammarLimits(max_agents=3))
+    assert kwargs["top_k"] == 5  # the recipe's own generation_kwargs are kept
 
 
 @needs_train

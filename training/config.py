@@ -1,44 +1,86 @@
-"""Our training configuration: a dataclass of the fields we expose, parsed from CLI flags and an optional YAML.
+"""Our training configuration: TRL's ``GRPOConfig`` with the fields of MAS-Orchestra added.
 
-``parse_config(argv)`` builds an ``argparse`` parser from the dataclass fields (one ``--kebab-case`` flag per
-field, ``--snake_case`` accepted too, each with its help string), reads ``--config recipes/x.yaml`` first and
-uses its values as defaults, so flags given on the command line override the YAML. YAML keys are the field
-names (``-`` or ``_``); an unknown key is an error that lists the valid ones.
+:class:`OrchestraGRPOConfig` subclasses :class:`trl.GRPOConfig`, so every ``TrainingArguments`` / ``GRPOConfig``
+option (learning-rate schedule, warmup, weight decay, gradient clipping, logging, saving, vLLM…) is a field of
+it and the instance itself is the ``args`` of :class:`training.trainer.OrchestraGRPOTrainer`. Our own fields
+(models, data, reward, validation, LoRA, rollout engine) are added beside them; where a default differs from
+TRL's it is redeclared here (the CPU smoke run). :func:`parse_config` reads a YAML recipe (``--config x.yaml``;
+keys are field names) and the command line (``--field-name`` or ``--field_name``; flags override the recipe)
+with :class:`trl.TrlParser`.
+
+Options that default to "decide from the hardware" are ``bool | None`` (``None``, also spelled ``auto`` in a
+recipe or flag, = automatic): ``bf16``, ``gradient_checkpointing``, ``batched_rollouts``, ``shared_prefix``;
+``__post_init__`` resolves them before ``TrainingArguments`` validates, so the resolved value is what runs and
+what ``orchestra_config.yaml`` records. A bad value raises :class:`TrainingConfigError` naming every bad field.
 
 The defaults are the CPU smoke run (``recipes/cpu_smoke.yaml`` spells them out): the embedded SmolLM2-135M as
 orchestrator and sub-agent (sub-agent replies capped at 96 tokens, 60 s per MAS), low DoM, 8 MASBench depth-2
 problems, 2 steps of one prompt x 4 completions of at most 128 tokens, trained one completion at a time.
+Importing this module imports TRL (and torch).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import difflib
+import logging
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+from trl import GRPOConfig, TrlParser
 
 from mas_orchestra.bench.grading import VALID_KINDS
-from mas_orchestra.errors import install_command
+from mas_orchestra.errors import MasOrchestraError
 from training import pools
 
-__all__ = ["OrchestraGRPOConfig", "build_parser", "load_yaml", "parse_config"]
+__all__ = ["AUTO_FIELDS", "RENAMED", "Hardware", "OrchestraGRPOConfig", "TrainingConfigError", "build_parser",
+           "detect_hardware", "parse_config"]
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
+log = logging.getLogger("training.config")
+
+#: ``bool | None`` fields where ``None`` (``auto``) lets the hardware decide.
+AUTO_FIELDS = ("bf16", "gradient_checkpointing", "batched_rollouts", "shared_prefix")
+#: Recipe keys of earlier versions and the field each became.
+RENAMED = {"resume": "resume_from_checkpoint", "vllm_server_url": "vllm_server_base_url"}
+_TRUE = {"1", "true", "yes", "on", "last"}
+_FALSE = {"0", "false", "no", "off", "none", "null", ""}
 
 
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
+class TrainingConfigError(MasOrchestraError, ValueError):
+    """A training config value is invalid; the message names every bad field and how to fix it."""
+
+
+class Hardware(NamedTuple):
+    """What the ``auto`` options are decided from."""
+
+    cuda: bool
+    native_bf16: bool
+
+
+def detect_hardware() -> Hardware:
+    """CUDA present, and whether the device multiplies bf16 natively (a bf16 GPU; a CPU with AVX-512 BF16/AMX)."""
+    import torch
+
+    from mas_orchestra.models.precision import cpu_has_native_bf16
+
+    cuda = torch.cuda.is_available()
+    return Hardware(cuda, bool(torch.cuda.is_bf16_supported()) if cuda else cpu_has_native_bf16())
+
+
+def _help(text: str, **extra: Any) -> dict[str, Any]:
+    return {"help": text, **extra}
 
 
 @dataclass
-class OrchestraGRPOConfig:
-    """Every knob of ``python -m training.grpo``; TRL's own ``GRPOConfig`` is built from these.
+class OrchestraGRPOConfig(GRPOConfig):
+    """Every knob of ``python -m training.grpo``: TRL's ``GRPOConfig`` plus the fields of MAS-Orchestra.
 
-    Each field is also a command-line flag (``--kebab-case``) and a YAML key of a recipe; every field's help
-    is printed by ``python -m training.grpo --help`` (and shown in the documentation's command-line reference).
+    Each field is also a command-line flag (``--field-name``) and a YAML key of a recipe; every field's help is
+    printed by ``python -m training.grpo --help`` (and shown in the documentation's command-line reference).
+    Inherited ``GRPOConfig`` / ``TrainingArguments`` fields keep TRL's meaning; those whose default differs
+    here are redeclared below.
     """
 
     # -- models -------------------------------------------------------------------------------------------
@@ -117,15 +159,17 @@ class OrchestraGRPOConfig:
     val_limit: int | None = field(default=None, metadata=_help("keep only the first N rows of the validation set"))
     val_before_train: bool = field(default=True, metadata=_help(
         "evaluate the validation set once before the first update (step 0), as the original's recipe does"))
-    eval_steps: int = field(default=5, metadata=_help(
-        "evaluate the validation set every N optimizer steps and after the last step (the original: test_freq 5)"))
     val_samples: int = field(default=8, metadata=_help(
         "completions sampled per validation question: the k of the reported Avg@k (the paper reports Avg@8)"))
     val_temperature: float = field(default=0.5, metadata=_help(
         "sampling temperature of validation completions (the original: 0.5; 0 = greedy)"))
-    # -- GRPO -----------------------------------------------------------------------------------------------
+    # -- validation during training (the original's trainer.val_before_train / test_freq / val_kwargs) ---------
+    eval_steps: float | None = field(default=5, metadata=_help(
+        "evaluate the validation set every N optimizer steps and after the last step (the original: test_freq "
+        "5); a whole number >= 1"))
+    # -- GRPO (GRPOConfig / TrainingArguments fields whose default differs from TRL's) ------------------------
     max_steps: int = field(default=2, metadata=_help("optimizer steps to train"))
-    num_generations: int = field(default=4, metadata=_help(
+    num_generations: int | None = field(default=4, metadata=_help(
         "completions (rollouts) per prompt: the GRPO group size (paper: 32)"))
     per_device_train_batch_size: int = field(default=1, metadata=_help(
         "completions per device per micro-batch (TRL counts completions, not prompts)"))
@@ -135,16 +179,11 @@ class OrchestraGRPOConfig:
     learning_rate: float = field(default=1e-5, metadata=_help(
         "AdamW learning rate; 1e-5 for LoRA = 10x the paper's 1e-6 full fine-tune (TRL's LoRA guidance)"))
     beta: float = field(default=0.001, metadata=_help("KL coefficient against the reference model (paper 0.001)"))
-    epsilon: float = field(default=0.2, metadata=_help("PPO-style clip range (paper 0.2)"))
-    loss_type: str = field(default="dapo", metadata=_help(
-        "TRL loss aggregation: dapo (token mean over the batch, like verl's token-mean) | grpo | dr_grpo | bnpo"))
-    temperature: float = field(default=1.0, metadata=_help("rollout sampling temperature (paper 1.0)"))
-    top_p: float = field(default=1.0, metadata=_help("rollout nucleus sampling"))
+    max_completion_length: int | None = field(default=128, metadata=_help(
+        "maximum tokens of one orchestration (paper 8k)"))
     max_prompt_length: int | None = field(default=2048, metadata=_help(
         "prompts longer than this many tokens are dropped from the dataset (paper 15k); with vLLM the context "
-        "is max_prompt_length + max_completion_length"))
-    max_completion_length: int = field(default=128, metadata=_help(
-        "maximum tokens of one orchestration (paper 8k)"))
+        "(vllm_max_model_length, unless set) is max_prompt_length + max_completion_length"))
     # -- LoRA -----------------------------------------------------------------------------------------------
     lora_r: int = field(default=16, metadata=_help("LoRA rank"))
     lora_alpha: int = field(default=32, metadata=_help("LoRA alpha (scaling = alpha / r)"))
@@ -152,30 +191,31 @@ class OrchestraGRPOConfig:
     lora_target: str = field(default="all-linear", metadata=_help(
         "LoRA target modules: all-linear, or a comma list of module names (e.g. q_proj,v_proj)"))
     # -- run ------------------------------------------------------------------------------------------------
-    output_dir: str = field(default="runs/grpo-smoke", metadata=_help(
+    output_dir: str | None = field(default="runs/grpo-smoke", metadata=_help(
         "where the adapter, checkpoints, trainer_state.json and the merged model go"))
-    report_to: str = field(default="none", metadata=_help("metrics backend: none | tensorboard | wandb"))
-    logging_steps: int = field(default=1, metadata=_help("log metrics every N optimizer steps"))
-    save_steps: int = field(default=50, metadata=_help("write a checkpoint every N optimizer steps"))
+    logging_steps: float = field(default=1, metadata=_help("log metrics every N optimizer steps"))
+    save_steps: float = field(default=50, metadata=_help("write a checkpoint every N optimizer steps"))
     save_total_limit: int | None = field(default=2, metadata=_help("keep at most N checkpoints"))
-    resume: str = field(default="false", metadata=_help(
-        "resume training: true = from the last checkpoint in output_dir (fresh start, with a warning, if there "
-        "is none), a path = from that checkpoint, false = start fresh"))
+    seed: int = field(default=0, metadata=_help("random seed"))
+    resume_from_checkpoint: str | None = field(default=None, metadata=_help(
+        "resume training: 'last' (or true; bare --resume) = from the last checkpoint-* in output_dir (fresh "
+        "start, with a warning, if there is none), a path = from that checkpoint; none/false = start fresh",
+        aliases=["--resume"], nargs="?", const="last"))
     log_rollouts: bool = field(default=True, metadata=_help(
         "append every rollout (step, question, completion text, status, reward, error) to "
         "<output_dir>/rollouts.jsonl"))
-    batched_rollouts: str = field(default="auto", metadata=_help(
+    batched_rollouts: bool | None = field(default=None, metadata=_help(
         "sample transformers rollouts through the batched decoder (a group's prompt prefilled once, rows leave "
-        "when done, grammar-forced text in one pass; training/rollouts.py): auto (on CPU; a GPU batches "
-        "model.generate well already) | true | false (model.generate)"))
+        "when done, grammar-forced text in one pass; training/rollouts.py): true | false (model.generate) | "
+        "auto (unset: on CPU; a GPU batches model.generate well already)"))
     merged_sampling: bool = field(default=True, metadata=_help(
         "batched rollouts sample in eval mode from a temporary merged copy of each LoRA linear layer's weight "
         "(one matmul per layer instead of three; the training weights are put back untouched, "
         "training/rollouts.py); false = sample through the unmerged adapter in the trainer's mode"))
-    shared_prefix: str = field(default="auto", metadata=_help(
+    shared_prefix: bool | None = field(default=None, metadata=_help(
         "in the policy's forward, pack each group into one sequence (its prompt once, then every completion; "
-        "exact, training/shared_prefix.py): auto (on CPU; packed micro-batches of at most 8,192 tokens) | "
-        "true | false (TRL's row-by-row forward)"))
+        "exact, training/shared_prefix.py): true | false (TRL's row-by-row forward) | auto (unset: on CPU; "
+        "packed micro-batches of at most 8,192 tokens)"))
     release_memory: bool = field(default=True, metadata=_help(
         "CPU runs on glibc: give freed tensor memory back to the OS (large blocks mmapped, heap trimmed after "
         "every step) so the resident size does not ratchet up across steps (training/allocator.py)"))
@@ -184,36 +224,63 @@ class OrchestraGRPOConfig:
         "to every log entry (training/profiling.py)"))
     merge: bool = field(default=False, metadata=_help(
         "at the end, merge the LoRA adapter into the base model and save it to <output_dir>/merged"))
-    seed: int = field(default=0, metadata=_help("random seed"))
-    bf16: str = field(default="auto", metadata=_help(
-        "bf16 mixed precision: auto (where the hardware multiplies bf16 natively: a bf16 GPU, a CPU with AVX-512 "
-        "BF16 or AMX) | true | false. A GPU loads the weights in bf16; a CPU keeps them float32 and runs the "
-        "training forward and backward under bf16 autocast (rollouts still sample in float32)"))
-    gradient_checkpointing: str = field(default="auto", metadata=_help(
-        "recompute activations to save memory: auto (on GPU only) | true | false"))
+    bf16: bool | None = field(default=None, metadata=_help(  # type: ignore[assignment]  # TRL widens it
+        "bf16 mixed precision: true | false | auto (unset: where the hardware multiplies bf16 natively: a bf16 "
+        "GPU, a CPU with AVX-512 BF16 or AMX). A GPU loads the weights in bf16; a CPU keeps them float32 and runs "
+        "the training forward and backward under bf16 autocast"))
+    gradient_checkpointing: bool | None = field(  # type: ignore[assignment]  # TRL narrows it to bool
+        default=None, metadata=_help(
+            "recompute activations to save memory: true | false | auto (unset: on GPU only)"))
     checkpoint_every_n_layers: int = field(default=1, metadata=_help(
         "with gradient checkpointing, recompute only every n-th decoder layer (transformers' every_n_layers; "
         "1 = every layer; 2 = half of them: a faster backward, more memory), kept across TRL's generation steps"))
     # -- vLLM -----------------------------------------------------------------------------------------------
-    use_vllm: bool = field(default=False, metadata=_help(
-        f"generate rollouts with vLLM (needs a GPU and {install_command('vllm')})"))
-    vllm_mode: str = field(default="colocate", metadata=_help(
-        "colocate (vLLM shares the training GPU) | server (a separate `trl vllm-serve` process)"))
-    vllm_server_url: str | None = field(default=None, metadata=_help(
-        "base URL of the `trl vllm-serve` server for --vllm-mode server (e.g. http://127.0.0.1:8000)"))
-    vllm_gpu_memory_utilization: float = field(default=0.3, metadata=_help(
-        "share of GPU memory vLLM may take in colocate mode (weights + KV cache)"))
-    vllm_tensor_parallel_size: int = field(default=1, metadata=_help("tensor parallel size of colocated vLLM"))
-    vllm_enable_sleep_mode: bool = field(default=False, metadata=_help(
-        "offload vLLM weights/KV cache during the optimizer step (colocate; saves memory, costs time)"))
+    vllm_server_base_url: str | None = field(default=None, metadata=_help(
+        "base URL of the `trl vllm-serve` server for vllm_mode server (e.g. http://127.0.0.1:8000)",
+        aliases=["--vllm-server-url"]))
 
     # ------------------------------------------------------------------------------------------------------
 
     def __post_init__(self) -> None:
+        """Normalise recipe forms, resolve the ``auto`` options, check every value, then let TRL finish."""
+        for name in pools.MAPPING_FIELDS:
+            setattr(self, name, pools.mapping_text(getattr(self, name)))
+        self.resume_from_checkpoint = _resume_text(self.resume_from_checkpoint)
+        self._resolve_auto(detect_hardware())
         self.validate()
+        if self.model_init_kwargs is None:
+            # A GPU holds the weights in bf16; a CPU keeps float32 weights and runs the forward and backward under
+            # bf16 autocast (accelerate's mixed precision), so LoRA weights, gradients and Adam stay float32.
+            self.model_init_kwargs = {"dtype": "bfloat16" if self.bf16 and not self.use_cpu else "float32"}
+        if self.use_vllm and self.vllm_max_model_length is None and self.max_prompt_length:
+            self.vllm_max_model_length = self.max_prompt_length + int(self.max_completion_length or 0)
+        super().__post_init__()
+
+    def _resolve_auto(self, hardware: Hardware) -> None:
+        """``None`` (auto) → the value for this hardware; a CPU run also sets ``use_cpu``."""
+        if not hardware.cuda:
+            self.use_cpu = True
+        if self.bf16 is None:
+            self.bf16 = hardware.native_bf16 and not self.fp16
+        elif self.bf16 and not hardware.cuda and not hardware.native_bf16:
+            log.warning("bf16 autocast on a CPU without native bf16 (AVX-512 BF16 or AMX) is emulated and slower than "
+                        "float32; continuing as asked")
+        if self.gradient_checkpointing is None and self.activation_checkpointing is None:
+            self.activation_checkpointing = hardware.cuda
+        elif self.activation_checkpointing is None:
+            # transformers renamed the option; setting the new name avoids its deprecation warning
+            self.activation_checkpointing, self.gradient_checkpointing = self.gradient_checkpointing, None
+        if self.batched_rollouts is None:
+            self.batched_rollouts = not hardware.cuda
+        if self.shared_prefix is None:
+            self.shared_prefix = not hardware.cuda
 
     def validate(self) -> None:
-        """Raise ValueError naming every bad value."""
+        """Check every value of ours and the GRPO values we rely on.
+
+        Raises:
+            TrainingConfigError: naming every bad field, its value and what would be valid.
+        """
         problems = []
 
         def choice(name: str, valid: tuple[str, ...]) -> None:
@@ -236,21 +303,24 @@ class OrchestraGRPOConfig:
                 parse()
             except ValueError as exc:
                 problems.append(f"{name}: {exc}")
-        choice("report_to", ("none", "tensorboard", "wandb"))
+        reporters = [self.report_to] if isinstance(self.report_to, str) else list(self.report_to or [])
+        if any(r not in ("none", "tensorboard", "wandb") for r in reporters):
+            problems.append(f"report_to={self.report_to!r}: valid values are none, tensorboard, wandb")
         choice("vllm_mode", ("colocate", "server"))
-        choice("bf16", ("auto", "true", "false"))
-        choice("gradient_checkpointing", ("auto", "true", "false"))
-        choice("batched_rollouts", ("auto", "true", "false"))
-        choice("shared_prefix", ("auto", "true", "false"))
         for name in ("max_steps", "num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
-                     "max_completion_length", "lora_r", "lora_alpha", "reward_concurrency", "logging_steps",
-                     "save_steps", "vllm_tensor_parallel_size", "checkpoint_every_n_layers"):
-            if getattr(self, name) < 1:
+                     "max_completion_length", "lora_r", "lora_alpha", "reward_concurrency",
+                     "vllm_tensor_parallel_size", "checkpoint_every_n_layers", "eval_steps", "val_samples"):
+            if (getattr(self, name) or 0) < 1:
                 problems.append(f"{name}={getattr(self, name)!r}: must be >= 1")
-        if self.num_generations < 2:
+        for name in ("logging_steps", "save_steps"):  # below 1: a share of max_steps (TrainingArguments)
+            if not getattr(self, name) > 0:
+                problems.append(f"{name}={getattr(self, name)!r}: must be > 0 (>= 1: every N steps)")
+        if self.eval_steps and self.eval_steps != int(self.eval_steps):
+            problems.append(f"eval_steps={self.eval_steps!r}: must be a whole number of steps")
+        if (self.num_generations or 0) < 2:
             problems.append("num_generations must be >= 2 (GRPO compares completions within a group)")
         completions = self.per_device_train_batch_size * self.gradient_accumulation_steps
-        if completions % self.num_generations:
+        if self.num_generations and completions % self.num_generations:
             problems.append(
                 f"per_device_train_batch_size x gradient_accumulation_steps = {completions} completions per device "
                 f"and step must be a multiple of num_generations={self.num_generations}"
@@ -259,8 +329,8 @@ class OrchestraGRPOConfig:
             problems.append("reward_timeout must be > 0")
         if not 0 < self.vllm_gpu_memory_utilization <= 1:
             problems.append("vllm_gpu_memory_utilization must be in (0, 1]")
-        if self.vllm_mode == "server" and self.use_vllm and not self.vllm_server_url:
-            problems.append("--vllm-mode server needs --vllm-server-url")
+        if self.vllm_mode == "server" and self.use_vllm and not self.vllm_server_base_url:
+            problems.append("--vllm-mode server needs --vllm-server-base-url")
         if self.grader == "judge" and not self.judge:
             problems.append("--grader judge needs --judge <model string>")
         if self.agent_kinds is not None:
@@ -272,27 +342,25 @@ class OrchestraGRPOConfig:
                                 f"{', '.join(k.name for k in default_registry.kinds())}")
         if self.limit is not None and self.limit < 1:
             problems.append("limit must be >= 1")
-        for name in ("eval_steps", "val_samples"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name}={getattr(self, name)!r}: must be >= 1")
         if self.val_limit is not None and self.val_limit < 1:
             problems.append("val_limit must be >= 1")
         if self.val_temperature < 0:
             problems.append("val_temperature must be >= 0 (0 = greedy)")
         if problems:
-            raise ValueError("bad training config: " + "; ".join(problems))
+            raise TrainingConfigError("bad training config: " + "; ".join(problems))
 
     # -- derived ---------------------------------------------------------------------------------------------
 
     @property
     def resume_from(self) -> bool | str:
         """``False``, ``True`` (last checkpoint in output_dir) or a checkpoint path."""
-        text = str(self.resume).strip()
-        if text.lower() in _FALSE or not text:
-            return False
-        if text.lower() in _TRUE:
-            return True
-        return text
+        text = self.resume_from_checkpoint
+        return False if text is None else True if text == "last" else text
+
+    @property
+    def output_path(self) -> Path:
+        """``output_dir`` as a path."""
+        return Path(self.output_dir or "trainer_output")
 
     @property
     def subagent_pool(self) -> dict[str, str] | None:
@@ -322,125 +390,85 @@ class OrchestraGRPOConfig:
         target = self.lora_target.strip()
         return target if target == "all-linear" else [t.strip() for t in target.split(",") if t.strip()]
 
-    def to_dict(self) -> dict[str, Any]:
-        """Every field by name (for logs and ``run_config.json``)."""
-        return dataclasses.asdict(self)
+
+def _resume_text(value: Any) -> str | None:
+    """``resume_from_checkpoint`` as None (fresh), ``'last'`` or a checkpoint path (recipes may say true/false)."""
+    if value is None or value is False:
+        return None
+    text = "last" if value is True else str(value).strip()
+    return None if text.lower() in _FALSE else "last" if text.lower() in _TRUE else text
 
 
 # -- parsing -----------------------------------------------------------------------------------------------
 
-def _hints() -> dict[str, Any]:
-    return typing.get_type_hints(OrchestraGRPOConfig)
-
-
-def _base_type(hint: Any) -> tuple[type, bool]:
-    """(scalar type, optional?) of a field annotation such as ``int | None``."""
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    if args:
-        return args[0], len(args) < len(typing.get_args(hint))
-    return hint, False
-
-
-def _bool(text: Any) -> bool:
-    if isinstance(text, bool):
-        return text
+def _bool_or_auto(text: str) -> bool | None:
     value = str(text).strip().lower()
-    if value in _TRUE:
+    if value in ("auto", "none", "null"):
+        return None
+    if value in ("1", "true", "yes", "y", "t", "on"):
         return True
-    if value in _FALSE:
+    if value in ("0", "false", "no", "n", "f", "off"):
         return False
-    raise argparse.ArgumentTypeError(f"expected a boolean (true/false), got {text!r}")
+    raise argparse.ArgumentTypeError(f"expected true, false or auto, got {text!r}")
 
 
-def _converter(kind: type, optional: bool) -> Any:
-    def convert(text: Any) -> Any:
-        if optional and (text is None or str(text).strip().lower() in ("none", "null", "")):
-            return None
-        if kind is bool:
-            return _bool(text)
-        try:
-            return kind(text)
-        except (TypeError, ValueError):
-            raise argparse.ArgumentTypeError(f"expected {kind.__name__}, got {text!r}") from None
+class OrchestraParser(TrlParser):
+    """``TrlParser`` whose recipes may spell keys with ``-`` and give pools as mappings; an unknown key is an
+    error naming the closest field (and the new name of a renamed one)."""
 
-    return convert
+    def set_defaults_with_config(self, **kwargs: Any) -> list[str]:
+        """Use a recipe's values as defaults (command-line flags still override them).
+
+        Raises:
+            TrainingConfigError: a key that is no field.
+        """
+        known = {action.dest for action in self._actions}
+        values: dict[str, Any] = {}
+        unknown = []
+        for key, value in kwargs.items():
+            name = str(key).replace("-", "_")
+            if name not in known:
+                guess = RENAMED.get(name) or next(iter(difflib.get_close_matches(name, sorted(known), n=1)), None)
+                unknown.append(f"{key}" + (f" (did you mean {guess}?)" if guess else ""))
+                continue
+            values[name] = pools.mapping_text(value) if name in pools.MAPPING_FIELDS else value
+        if unknown:
+            raise TrainingConfigError(f"unknown keys {', '.join(unknown)}; every field is listed by "
+                                      "`python -m training.grpo --help`")
+        return super().set_defaults_with_config(**values)
+
+    def error(self, message: str) -> typing.NoReturn:
+        """Print the error (not the usage line of every field: ``--help`` lists them) and exit with status 2."""
+        self.exit(2, f"{self.prog}: error: {message}\n(every field: {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser of ``python -m training.grpo``: ``--config`` and one flag per config field.
+def build_parser() -> OrchestraParser:
+    """The parser of ``python -m training.grpo``: ``--config`` and one flag per config field.
 
     Returns:
-        The parser; each field's default is the dataclass default.
+        A :class:`trl.TrlParser` over :class:`OrchestraGRPOConfig`; each field's default is the dataclass
+        default. ``auto`` options also take ``auto``; every boolean also has a ``--no-<flag>`` form.
     """
-    parser = argparse.ArgumentParser(
-        prog="python -m training.grpo",
+    parser = OrchestraParser(
+        typing.cast(Any, OrchestraGRPOConfig), prog="python -m training.grpo",
         description="GRPO + LoRA training of a MAS-Orchestra orchestrator: the reward is the executed outcome of "
         "the multi-agent system each completion writes. With no flags: a CPU smoke run on the embedded model.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--config", default=None, help="YAML file of field values; flags override it")
-    hints = _hints()
-    for f in dataclasses.fields(OrchestraGRPOConfig):
-        kind, optional = _base_type(hints[f.name])
-        flags = [f"--{f.name.replace('_', '-')}"] + ([f"--{f.name}"] if "_" in f.name else [])
-        help_text = f.metadata.get("help", "")
-        if kind is bool:
-            parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction, default=f.default,
-                                help=help_text)
-        elif f.name == "resume":
-            parser.add_argument(*flags, dest=f.name, nargs="?", const="true", default=f.default, help=help_text)
-        else:
-            parser.add_argument(*flags, dest=f.name, type=_converter(kind, optional), default=f.default,
-                                help=help_text, metavar=f.name.upper())
+    parser.add_argument("--config", default=None, help="YAML recipe of field values (and an optional `env:` "
+                        "mapping of environment variables); flags override it")
+    have = {option for action in parser._actions for option in action.option_strings}
+    for action in list(parser._actions):
+        if action.dest in AUTO_FIELDS:
+            action.type, action.nargs, action.const, action.metavar = _bool_or_auto, "?", True, "{true,false,auto}"
+    for f in fields(OrchestraGRPOConfig):
+        flag = f"--no-{f.name.replace('_', '-')}"
+        if f.default is False and flag not in have:
+            parser.add_argument(flag, f"--no_{f.name}", dest=f.name, action="store_false", help=argparse.SUPPRESS)
     return parser
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Field values from a YAML mapping, keys normalised to field names.
-
-    Args:
-        path: The YAML recipe.
-
-    Returns:
-        Field name → value, converted to each field's type.
-
-    Raises:
-        ValueError: Not a mapping, an unknown key (the valid ones are listed) or a value of the wrong type.
-        OSError: The file cannot be read.
-    """
-    import yaml
-
-    path = Path(path).expanduser()
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: the YAML must be a mapping of field names to values")
-    names = {f.name for f in dataclasses.fields(OrchestraGRPOConfig)}
-    out: dict[str, Any] = {}
-    unknown = []
-    hints = _hints()
-    for key, value in data.items():
-        name = str(key).replace("-", "_")
-        if name not in names:
-            unknown.append(str(key))
-            continue
-        kind, optional = _base_type(hints[name])
-        if name in pools.MAPPING_FIELDS:
-            value = pools.mapping_text(value)
-        if name == "resume" and isinstance(value, bool):
-            value = "true" if value else "false"
-        elif value is not None or not optional:
-            try:
-                value = _converter(kind, optional)(value)
-            except argparse.ArgumentTypeError as exc:
-                raise ValueError(f"{path}: {key}: {exc}") from None
-        out[name] = value
-    if unknown:
-        raise ValueError(f"{path}: unknown keys {', '.join(sorted(unknown))}; valid: {', '.join(sorted(names))}")
-    return out
-
-
 def parse_config(argv: list[str] | None = None) -> OrchestraGRPOConfig:
-    """Config from ``argv`` (default ``sys.argv[1:]``): YAML from ``--config`` first, then the flags.
+    """Config from ``argv`` (default ``sys.argv[1:]``): the recipe of ``--config`` first, then the flags.
 
     Args:
         argv: Command-line arguments (default ``sys.argv[1:]``).
@@ -449,19 +477,15 @@ def parse_config(argv: list[str] | None = None) -> OrchestraGRPOConfig:
         The validated config.
 
     Raises:
-        SystemExit: A bad flag, recipe or value (argparse prints the message and exits with status 2).
+        SystemExit: A bad flag, recipe or value (the message is printed and the exit status is 2).
     """
+    import yaml
+
     parser = build_parser()
-    first, _ = parser.parse_known_args(argv)
-    if first.config:
-        try:
-            parser.set_defaults(**load_yaml(first.config))
-        except (OSError, ValueError, argparse.ArgumentTypeError) as exc:
-            parser.error(str(exc))
-    args = vars(parser.parse_args(argv))
-    args.pop("config", None)
     try:
-        return OrchestraGRPOConfig(**args)
-    except ValueError as exc:
+        parsed = parser.parse_args_and_config(argv)
+    except (OSError, ValueError, yaml.YAMLError) as exc:  # TrainingConfigError is a ValueError
         parser.error(str(exc))
-        raise  # unreachable: parser.error exits
+    config = parsed[0]
+    assert isinstance(config, OrchestraGRPOConfig)
+    return config

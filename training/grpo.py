@@ -43,7 +43,7 @@ from training.distributed import (
     world_size,
 )
 
-__all__ = ["build_grpo_config", "main", "resolve_orchestrator", "run"]
+__all__ = ["main", "resolve_orchestrator", "run"]
 
 log = logging.getLogger("training.grpo")
 
@@ -91,10 +91,6 @@ def _check_vllm(cfg: OrchestraGRPOConfig) -> None:
         raise SystemExit("--use-vllm needs a CUDA GPU; on CPU, transformers generates the rollouts (drop --use-vllm)")
 
 
-def _flag(value: str, default: bool) -> bool:
-    return default if value == "auto" else value == "true"
-
-
 def _orchestration_constraint(cfg: OrchestraGRPOConfig, registry: Any) -> Any:
     from mas_orchestra.models.constraints import OrchestrationConstraint
     from mas_orchestra.spec.grammar import GrammarLimits
@@ -103,66 +99,6 @@ def _orchestration_constraint(cfg: OrchestraGRPOConfig, registry: Any) -> Any:
                                          limits=GrammarLimits(max_agents=cfg.max_agents))
     constraint.grammar()  # a kind the grammar cannot express fails here, before any model loads
     return constraint
-
-
-def build_grpo_config(cfg: OrchestraGRPOConfig, *, cuda: bool, bf16_ok: bool, constraint: Any = None) -> Any:
-    """TRL's ``GRPOConfig`` for our config (argument names checked against the installed TRL 1.16).
-
-    With vLLM rollouts and a ``constraint``, its one-piece grammar goes to vLLM's structured outputs.
-    """
-    from trl import GRPOConfig
-
-    bf16 = _flag(cfg.bf16, bf16_ok)
-    if bf16 and not cuda and not bf16_ok:
-        log.warning("bf16 autocast on a CPU without native bf16 (AVX-512 BF16 or AMX) is emulated and slower than "
-                    "float32; continuing as asked")
-    kwargs: dict[str, Any] = {
-        "output_dir": cfg.output_dir,
-        "max_steps": cfg.max_steps,
-        "per_device_train_batch_size": cfg.per_device_train_batch_size,
-        "gradient_accumulation_steps": cfg.gradient_accumulation_steps,
-        "num_generations": cfg.num_generations,
-        "learning_rate": cfg.learning_rate,
-        "beta": cfg.beta,
-        "epsilon": cfg.epsilon,
-        "loss_type": cfg.loss_type,
-        "temperature": cfg.temperature,
-        "top_p": cfg.top_p,
-        "max_completion_length": cfg.max_completion_length,
-        "logging_steps": cfg.logging_steps,
-        "save_strategy": "steps",
-        "save_steps": cfg.save_steps,
-        "save_total_limit": cfg.save_total_limit,
-        "seed": cfg.seed,
-        "report_to": [] if cfg.report_to == "none" else [cfg.report_to],
-        "bf16": bf16,
-        "fp16": False,
-        "use_cpu": not cuda,
-        "gradient_checkpointing": _flag(cfg.gradient_checkpointing, cuda),
-        "remove_unused_columns": False,  # the reward reads question/answer/id
-        # A GPU holds the weights in bf16; a CPU keeps float32 weights and runs the forward and backward under
-        # bf16 autocast (accelerate's mixed precision), so LoRA weights, gradients and Adam stay float32.
-        "model_init_kwargs": {"dtype": "bfloat16" if bf16 and cuda else "float32"},
-        "log_completions": False,
-        "use_vllm": cfg.use_vllm,
-        "dataloader_num_workers": 0,
-    }
-    if cfg.use_vllm:
-        kwargs.update(
-            vllm_mode=cfg.vllm_mode,
-            vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-            vllm_tensor_parallel_size=cfg.vllm_tensor_parallel_size,
-            vllm_enable_sleep_mode=cfg.vllm_enable_sleep_mode,
-        )
-        if cfg.max_prompt_length:
-            kwargs["vllm_max_model_length"] = cfg.max_prompt_length + cfg.max_completion_length
-        if cfg.vllm_mode == "server":
-            kwargs["vllm_server_base_url"] = cfg.vllm_server_url
-        if constraint is not None:
-            # One request per rollout: the whole grammar in one piece (the staged, budget-fitted decoding
-            # runs only where we own the sampling loop, i.e. transformers generation).
-            kwargs["generation_kwargs"] = {"structured_outputs": {"grammar": constraint.grammar()}}
-    return GRPOConfig(**kwargs)
 
 
 def _validation_callback(cfg: OrchestraGRPOConfig, reward_kwargs: dict[str, Any], registry: Any,
@@ -180,11 +116,11 @@ def _validation_callback(cfg: OrchestraGRPOConfig, reward_kwargs: dict[str, Any]
     )
     runner = ValidationRunner(
         list(rows), make_outcome_reward(**reward_kwargs), tokenizer, samples=cfg.val_samples,
-        temperature=cfg.val_temperature, max_new_tokens=cfg.max_completion_length, top_p=cfg.top_p,
+        temperature=cfg.val_temperature, max_new_tokens=int(cfg.max_completion_length or 0), top_p=cfg.top_p,
     )
     log.info("validation: %d questions x %d samples at temperature %g, before training: %s, every %d steps",
              len(rows), cfg.val_samples, cfg.val_temperature, cfg.val_before_train, cfg.eval_steps)
-    return ValidationCallback(runner, every=cfg.eval_steps, before_train=cfg.val_before_train)
+    return ValidationCallback(runner, every=int(cfg.eval_steps or 0), before_train=cfg.val_before_train)
 
 
 def _resume_checkpoint(cfg: OrchestraGRPOConfig) -> str | None:
@@ -194,7 +130,7 @@ def _resume_checkpoint(cfg: OrchestraGRPOConfig) -> str | None:
     if wanted is True:
         from transformers.trainer_utils import get_last_checkpoint
 
-        last = get_last_checkpoint(cfg.output_dir) if Path(cfg.output_dir).is_dir() else None
+        last = get_last_checkpoint(str(cfg.output_path)) if cfg.output_path.is_dir() else None
         if last is None:
             log.warning("--resume: no checkpoint-* folder in %s; starting from scratch", cfg.output_dir)
         return last
@@ -211,9 +147,10 @@ def _checked_resume_checkpoint(cfg: OrchestraGRPOConfig) -> str | None:
 
 
 def _save_config(cfg: OrchestraGRPOConfig, path: Path) -> None:
+    """The resolved config (every field, ``auto`` options decided) as YAML; secrets are redacted by TRL."""
     import yaml
 
-    path.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False), encoding="utf-8")
+    path.write_text(yaml.safe_dump(json.loads(cfg.to_json_string()), sort_keys=False), encoding="utf-8")
 
 
 def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
@@ -229,7 +166,6 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     from mas_orchestra.bench.training_curve import compare_windows, curve_from_history
-    from mas_orchestra.models.precision import cpu_has_native_bf16
     from training.data import build_dataset, filter_long_prompts
     from training.pools import pooled_subagents
     from training.rewards import make_outcome_reward, orchestra_registry
@@ -238,13 +174,11 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         HeapTrimmer,
         OrchestraGRPOTrainer,
         StepTimer,
-        checkpoint_every_n_layers,
         peak_rss_mb,
     )
 
     checkpoint = _checked_resume_checkpoint(cfg)
     cuda = torch.cuda.is_available()
-    bf16_ok = torch.cuda.is_bf16_supported() if cuda else cpu_has_native_bf16()
     model_path = resolve_orchestrator(cfg.model)
     search = None
     if cfg.search:
@@ -271,7 +205,6 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         build_dataset(cfg.dataset, cfg.dom, registry=registry, limit=cfg.limit, prompt=cfg.prompt),
         tokenizer, cfg.max_prompt_length,
     )
-    args = build_grpo_config(cfg, cuda=cuda, bf16_ok=bf16_ok, constraint=constraint)
     peft_config = LoraConfig(
         r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
         target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM",
@@ -287,46 +220,21 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
 
         if release_freed_memory():
             callbacks.append(HeapTrimmer())
-    plotter = CurvePlotter(cfg.output_dir)
+    plotter = CurvePlotter(cfg.output_path)
     log.info("orchestrator %s, sub-agents %s, %d prompts, device %s", model_path, cfg.subagent, len(dataset),
              "cuda" if cuda else "cpu")
     validation = _validation_callback(cfg, reward_kwargs, registry, tokenizer)
     trainer = OrchestraGRPOTrainer(
-        model=model_path, reward_funcs=[reward], args=args, train_dataset=dataset, processing_class=tokenizer,
-        peft_config=peft_config, callbacks=[*callbacks, plotter] + ([validation] if validation else []),
+        model=model_path, reward_funcs=[reward], args=cfg, train_dataset=dataset, processing_class=tokenizer,
+        peft_config=peft_config, callbacks=[*callbacks, plotter], constraint=constraint,
+        batched_rollouts=bool(cfg.batched_rollouts), merged_sampling=cfg.merged_sampling,
+        shared_prefix=bool(cfg.shared_prefix), profile_phases=cfg.profile_phases,
+        rollout_log=cfg.output_path / "rollouts.jsonl" if cfg.log_rollouts else None,
+        checkpoint_every_n_layers=cfg.checkpoint_every_n_layers, validation=validation,
     )
-    if validation is not None:
-        validation.attach(trainer)
-    if cfg.checkpoint_every_n_layers > 1:
-        checkpoint_every_n_layers(trainer.model, cfg.checkpoint_every_n_layers)
-    if cfg.profile_phases:
-        from training.profiling import profile_trainer
-
-        trainer.profiler = profile_trainer(trainer)
-    if cfg.log_rollouts:
-        trainer.rollout_log = Path(cfg.output_dir) / "rollouts.jsonl"
-    trainer.shared_prefix = _flag(cfg.shared_prefix, not cuda)
-    if _flag(cfg.batched_rollouts, not cuda) and not cfg.use_vllm:
-        from training.rollouts import install_batched_rollouts
-
-        # prompts prefilled in the precision the training forward scores them in (bf16 autocast or float32);
-        # under bf16 a 4-bit base model decodes on its packed int4 weights (bf16 activations)
-        low_precision = bool(args.bf16 and not cuda)
-        stats = install_batched_rollouts(trainer.model, tokenizer, constraint, merged_sampling=cfg.merged_sampling,
-                                         low_precision=low_precision)
-        trainer.decoding_stats = stats if constraint is not None else None
-    elif constraint is not None and not cfg.use_vllm:
-        from mas_orchestra.models.decoding import constrain_generate
-
-        trainer.decoding_stats = constrain_generate(trainer.model, tokenizer, constraint)
-    elif constraint is not None and validation is not None:
-        from mas_orchestra.models.decoding import constrain_generate
-
-        # vLLM samples the rollouts; validation samples with transformers, under the same grammar.
-        constrain_generate(trainer.model, tokenizer, constraint)
     trainer.train(resume_from_checkpoint=checkpoint)
 
-    out = Path(cfg.output_dir)
+    out = cfg.output_path
     out.mkdir(parents=True, exist_ok=True)
     trainer.save_model(str(out))  # adapter_config.json + adapter_model.safetensors (+ tokenizer); rank 0 writes
     main_process = trainer.is_world_process_zero()
@@ -370,7 +278,8 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         "wall_s": time.perf_counter() - started,
         "device": "cuda" if cuda else "cpu",
         # what the training forward and backward ran in: the weights' dtype, and autocast's (None: off)
-        "precision": {"weights": args.model_init_kwargs["dtype"], "autocast": "bfloat16" if args.bf16 else None},
+        "precision": {"weights": init.get("dtype") if isinstance(init := cfg.model_init_kwargs, dict) else None,
+                      "autocast": "bfloat16" if cfg.bf16 else None},
         "processes": world_size(),
         "torch_threads": torch.get_num_threads(),
         "is_main_process": main_process,
@@ -416,12 +325,12 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Train as the config from ``argv`` says; returns the run's summary (metrics, paths)."""
-    cfg = parse_config(argv)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                             stream=sys.stderr)
     try:
-        check_launch()
+        check_launch()  # before the config sets up the process group
+        cfg = parse_config(argv)
         summary = run(cfg)
     except (LaunchError, WorldSizeMismatchError, PoolError) as exc:  # every rank says it, exits non-zero; no traceback
         raise SystemExit(f"error: {exc}") from None

@@ -34,7 +34,7 @@ from mas_orchestra.errors import MissingExtraError
 from training.records import RolloutRecord, summarize
 
 __all__ = ["CurvePlotter", "HeapTrimmer", "OrchestraGRPOTrainer", "StepTimer", "checkpoint_every_n_layers",
-           "peak_rss_mb"]
+           "peak_rss_mb", "structured_generation_kwargs"]
 
 log = logging.getLogger("training.trainer")
 
@@ -56,34 +56,97 @@ def checkpoint_every_n_layers(model: Any, every_n_layers: int) -> None:
     inner._set_gradient_checkpointing = set_gradient_checkpointing
 
 
+_checkpoint_layers = checkpoint_every_n_layers  # the trainer's keyword argument has the function's name
+
+
+def structured_generation_kwargs(generation_kwargs: dict[str, Any] | None, constraint: Any) -> dict[str, Any]:
+    """``generation_kwargs`` with vLLM's ``structured_outputs`` set to the one-piece grammar of ``constraint``."""
+    return {**(generation_kwargs or {}), "structured_outputs": {"grammar": constraint.grammar()}}
+
+
 def peak_rss_mb() -> float:
     """Peak resident set size of this process in MiB (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 class OrchestraGRPOTrainer(GRPOTrainer):
-    """``GRPOTrainer`` + the outcome-reward metrics in every log entry.
+    """``GRPOTrainer`` + the outcome-reward metrics in every log entry, and the features of our runs.
 
-    ``decoding_stats`` (set when rollouts are decoded under a grammar, see
-    :func:`mas_orchestra.models.decoding.constrain_generate`) adds ``constrained/*`` counters to the logs.
+    Everything TRL's ``GRPOTrainer`` takes, plus (keyword-only, each off by default):
+
+    Args:
+        *args: ``GRPOTrainer``'s positional arguments.
+        constraint: An :class:`~mas_orchestra.models.constraints.OrchestrationConstraint`: rollouts are sampled
+            under its grammar (vLLM: the one-piece grammar as ``structured_outputs``; transformers: the staged,
+            budget-fitted decoding, whose ``constrained/*`` counters join the logs).
+        batched_rollouts: Sample transformers rollouts through the batched decoder (training/rollouts.py).
+        merged_sampling: Batched rollouts sample from merged LoRA weights in eval mode.
+        shared_prefix: Run a group's shared prompt once in the policy's forward (training/shared_prefix.py)
+            where that is exact.
+        rollout_log: Where every rollout is appended as one JSON line (None: not kept).
+        profile_phases: Add per-phase time and peak RSS to every training log (training/profiling.py).
+        checkpoint_every_n_layers: With gradient checkpointing, recompute only every n-th decoder layer.
+        validation: A :class:`~training.validation.ValidationCallback`, added to the callbacks and attached.
+        **kwargs: ``GRPOTrainer``'s keyword arguments (``args``, ``callbacks``, ``processing_class``…).
     """
-
-    decoding_stats: Any = None
-    #: Where every rollout (step, question, completion, status, reward, error) is appended as one JSON line;
-    #: None = not kept. After a resume the steps past the checkpoint appear again: readers keep the last.
-    rollout_log: Path | None = None
-    #: Run a group's shared prompt once in the policy's forward (training/shared_prefix.py) where that is exact.
-    shared_prefix: bool = False
-    #: A :class:`training.profiling.PhaseProfiler` whose per-phase time and peak RSS join every training log.
-    profiler: Any = None
 
     #: Warn after this many logging steps in a row in which every rollout scored 0 (no gradient at all).
     zero_reward_warn_after: int = 3
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, constraint: Any = None, batched_rollouts: bool = False,
+                 merged_sampling: bool = True, shared_prefix: bool = False, rollout_log: Path | None = None,
+                 profile_phases: bool = False, checkpoint_every_n_layers: int = 1, validation: Any = None,
+                 **kwargs: Any) -> None:
+        training_args = kwargs.get("args")
+        use_vllm = bool(getattr(training_args, "use_vllm", False))
+        if constraint is not None and use_vllm and training_args is not None:
+            # One request per rollout: the whole grammar in one piece (the staged, budget-fitted decoding runs
+            # only where we own the sampling loop, i.e. transformers generation). TRL reads it in __init__.
+            training_args.generation_kwargs = structured_generation_kwargs(training_args.generation_kwargs,
+                                                                           constraint)
+        if validation is not None:
+            kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), validation]
         super().__init__(*args, **kwargs)
         self._shared_prefix_warned: set[str] = set()
         self._zero_reward_steps: list[int] = []
+        #: Where every rollout (step, question, completion, status, reward, error) is appended as one JSON line;
+        #: None = not kept. After a resume the steps past the checkpoint appear again: readers keep the last.
+        self.rollout_log = rollout_log
+        self.shared_prefix = shared_prefix
+        #: A :class:`training.profiling.PhaseProfiler` whose per-phase time and peak RSS join every training log.
+        self.profiler: Any = None
+        #: The running :class:`~mas_orchestra.models.decoding.DecodingStats` of constrained transformers rollouts.
+        self.decoding_stats: Any = None
+        if validation is not None:
+            validation.attach(self)
+        if checkpoint_every_n_layers > 1:
+            _checkpoint_layers(self.model, checkpoint_every_n_layers)
+        if profile_phases:
+            from training.profiling import profile_trainer
+
+            self.profiler = profile_trainer(self)
+        self._install_sampler(constraint, batched=batched_rollouts and not use_vllm, merged_sampling=merged_sampling,
+                              use_vllm=use_vllm, validation=validation is not None)
+
+    def _install_sampler(self, constraint: Any, *, batched: bool, merged_sampling: bool, use_vllm: bool,
+                         validation: bool) -> None:
+        """Route the model's ``generate`` (TRL's transformers rollouts, validation samples) through our decoders."""
+        tokenizer = self.processing_class
+        if batched:
+            from training.rollouts import install_batched_rollouts
+
+            # prompts prefilled in the precision the training forward scores them in (bf16 autocast or float32);
+            # under bf16 a 4-bit base model decodes on its packed int4 weights (bf16 activations)
+            low_precision = bool(self.args.bf16 and self.args.use_cpu)
+            stats = install_batched_rollouts(self.model, tokenizer, constraint, merged_sampling=merged_sampling,
+                                             low_precision=low_precision)
+            self.decoding_stats = stats if constraint is not None else None
+        elif constraint is not None and (not use_vllm or validation):
+            from mas_orchestra.models.decoding import constrain_generate
+
+            # with vLLM rollouts only validation samples with transformers, under the same grammar
+            stats = constrain_generate(self.model, tokenizer, constraint)
+            self.decoding_stats = None if use_vllm else stats
 
     @property
     def _training(self) -> bool:
