@@ -43,6 +43,7 @@ BUILTIN_BASE: dict[str, type[BaseException]] = {
     "mas_orchestra.runtime.postgres.CheckpointConnectionError": RuntimeError,
     "training.distributed.WorldSizeMismatchError": ValueError,
     "training.distributed.LaunchError": RuntimeError,
+    "training.config.TrainingConfigError": ValueError,
     "mas_orchestra.bench.evaluation.common.EvalInputError": ValueError,
     "mas_orchestra.bench.training_curve.TrainingCurveError": ValueError,
     "mas_orchestra.bench.masbench.official.OfficialMasbenchError": ValueError,
