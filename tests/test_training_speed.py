@@ -379,7 +379,7 @@ def test_rollouts_prefill_in_the_training_precision_on_the_calling_thread(tiny, 
                                                                           prefill_dtypes) -> None:
     import threading
 
-    from mas_orchestra.models.precision import MIN_BF16_PREFILL_TOKENS, PREFILL_DTYPE_ENV_VAR
+    from mas_orchestra.local.precision import MIN_BF16_PREFILL_TOKENS, PREFILL_DTYPE_ENV_VAR
     from training.rollouts import install_batched_rollouts
 
     tokenizer = tiny[1]

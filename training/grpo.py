@@ -54,7 +54,7 @@ def resolve_orchestrator(model: str) -> str:
     """The path or model id GRPOTrainer loads: ``embedded`` → the cached SmolLM2 folder."""
     text = model.strip()
     if text.lower() == "embedded":
-        from mas_orchestra.models.embedded import embedded_model_dir
+        from mas_orchestra.local.embedded import embedded_model_dir
 
         return str(embedded_model_dir())
     if text.lower() == TINY_RANDOM:
@@ -229,7 +229,7 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     from mas_orchestra.bench.training_curve import compare_windows, curve_from_history
-    from mas_orchestra.models.precision import cpu_has_native_bf16
+    from mas_orchestra.local.precision import cpu_has_native_bf16
     from training.data import build_dataset, filter_long_prompts
     from training.pools import pooled_subagents
     from training.rewards import make_outcome_reward, orchestra_registry
@@ -277,7 +277,7 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM",
     )
     if not cuda:
-        from mas_orchestra.models.batching import prefer_grouped_query_attention
+        from mas_orchestra.local.batching import prefer_grouped_query_attention
 
         prefer_grouped_query_attention("cpu")  # the packed training forward has a mask too
     timer = StepTimer()
@@ -316,11 +316,11 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
                                          low_precision=low_precision)
         trainer.decoding_stats = stats if constraint is not None else None
     elif constraint is not None and not cfg.use_vllm:
-        from mas_orchestra.models.decoding import constrain_generate
+        from mas_orchestra.local.decoding import constrain_generate
 
         trainer.decoding_stats = constrain_generate(trainer.model, tokenizer, constraint)
     elif constraint is not None and validation is not None:
-        from mas_orchestra.models.decoding import constrain_generate
+        from mas_orchestra.local.decoding import constrain_generate
 
         # vLLM samples the rollouts; validation samples with transformers, under the same grammar.
         constrain_generate(trainer.model, tokenizer, constraint)

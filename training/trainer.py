@@ -65,7 +65,7 @@ class OrchestraGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` + the outcome-reward metrics in every log entry.
 
     ``decoding_stats`` (set when rollouts are decoded under a grammar, see
-    :func:`mas_orchestra.models.decoding.constrain_generate`) adds ``constrained/*`` counters to the logs.
+    :func:`mas_orchestra.local.decoding.constrain_generate`) adds ``constrained/*`` counters to the logs.
     """
 
     decoding_stats: Any = None
