@@ -349,7 +349,7 @@ def test_entropy_outside_autograd_has_the_same_values(tiny) -> None:  # type: ig
 def test_checkpointing_every_n_layers_survives_trl_switching_it_off_and_on(tiny) -> None:  # type: ignore[no-untyped-def]
     from transformers.modeling_layers import GradientCheckpointingLayer
 
-    from training.trainer import checkpoint_every_n_layers
+    from training.hooks import checkpoint_every_n_layers
 
     ids, mask, _keep = _batch(tiny[1])
     results = {}
