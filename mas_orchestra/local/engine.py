@@ -102,15 +102,25 @@ def truncate_at_stop(text: str, stop: tuple[str, ...] | list[str]) -> tuple[str,
 
 @dataclass
 class LocalEngine:
-    """One loaded model and tokenizer, with the batcher and prefix cache of every call to it."""
+    """One loaded model and tokenizer, with the batcher and prefix cache of every call to it.
+
+    Attributes:
+        model: The transformers causal LM (eval mode).
+        tokenizer: Its tokenizer (with a chat template and a pad token).
+        path: The resolved model folder.
+        device: Where it runs.
+        lock: Serialises making the batcher.
+        batcher: The :class:`~mas_orchestra.local.batching.GenerationBatcher`, made on the first call.
+        prefix_cache: Its :class:`~mas_orchestra.local.prefix_cache.PrefixCache` (one per loaded model).
+    """
 
     model: Any
     tokenizer: Any
     path: str
     device: str
     lock: threading.Lock = field(default_factory=threading.Lock)
-    batcher: Any = None  # the GenerationBatcher, made on the first call
-    prefix_cache: Any = None  # its PrefixCache (one per loaded model: never shared across models)
+    batcher: Any = None
+    prefix_cache: Any = None
 
     def submit(self, chat: list[dict[str, str]], sampling: Sampling, options: LocalEngineOptions) -> PendingReply:
         """Queue one chat turn (``{"role", "content"}`` messages) for generation; the one generation path.
@@ -150,7 +160,17 @@ class LocalEngine:
         return PendingReply(self, batcher.submit(request), stop, processor)
 
     def get_batcher(self, options: LocalEngineOptions) -> Any:
-        """The model's batcher, made on first use with that call's per-model options."""
+        """The model's batcher, made on first use with that call's per-model options.
+
+        Args:
+            options: The options of the first call (cache budgets, store, batch size); later calls reuse the batcher.
+
+        Returns:
+            The :class:`~mas_orchestra.local.batching.GenerationBatcher`.
+
+        Raises:
+            UnsupportedCacheError: The model's cache layers are neither full nor sliding-window key/values.
+        """
         with self.lock:
             if self.batcher is not None:
                 return self.batcher

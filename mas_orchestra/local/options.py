@@ -80,11 +80,27 @@ class LocalEngineOptions:
         return default_torch_threads() if self.torch_threads is None else (self.torch_threads or None)
 
     def prefill_dtype(self, device: str, model_dtype: Any) -> Any:
-        """The dtype prompts are prefilled in on ``device`` (``torch.bfloat16``), or ``None`` for the model's own."""
+        """The dtype prompts are prefilled in on ``device`` (``torch.bfloat16``), or ``None`` for the model's own.
+
+        Args:
+            device: Where the model runs.
+            model_dtype: The model's dtype.
+
+        Returns:
+            A torch dtype, or ``None``.
+        """
         return resolve_prefill_dtype(device, model_dtype, self.prefill_precision)
 
     def packed(self, model: Any, device: str) -> bool:
-        """Whether decode steps of ``model`` on ``device`` read its packed int4 weights (packs it on first use)."""
+        """Whether decode steps of ``model`` on ``device`` read its packed int4 weights (packs it on first use).
+
+        Args:
+            model: The transformers model.
+            device: Where it runs.
+
+        Returns:
+            True when decode steps run packed.
+        """
         return decode_packed(model, device, self.decode_weights)
 
     def prefix_cache_bytes(self) -> int:
