@@ -27,6 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mas_orchestra.errors import SpecError
+from mas_orchestra.local.options import LocalEngineOptions
 from mas_orchestra.models.constraints import OrchestrationConstraint
 from mas_orchestra.models.hf_chat import load_embedded_chat_model
 from mas_orchestra.registry import offered_registry
@@ -46,7 +47,7 @@ def compile_times(caps: list[int]) -> list[dict[str, Any]]:
     import xgrammar as xgr
     from transformers import AutoTokenizer
 
-    from mas_orchestra.models.embedded import embedded_model_dir
+    from mas_orchestra.local.embedded import embedded_model_dir
     from mas_orchestra.spec.grammar import orchestration_grammar
 
     folder = embedded_model_dir()
@@ -80,7 +81,7 @@ def compile_times(caps: list[int]) -> list[dict[str, Any]]:
 
 
 async def orchestrate_both(questions: list[tuple[str, str]], doms: list[str], threads: int | None) -> dict[str, Any]:
-    model = load_embedded_chat_model(torch_threads=threads)
+    model = load_embedded_chat_model(engine=LocalEngineOptions(torch_threads=threads))
     registry = offered_registry()
     free = {dom: Orchestra(model, model, dom, constrained=False, max_retries=0) for dom in doms}
     tied = {dom: Orchestra(model, model, dom, constrained=True, max_retries=0) for dom in doms}

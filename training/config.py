@@ -63,7 +63,7 @@ def detect_hardware() -> Hardware:
     """CUDA present, and whether the device multiplies bf16 natively (a bf16 GPU; a CPU with AVX-512 BF16/AMX)."""
     import torch
 
-    from mas_orchestra.models.precision import cpu_has_native_bf16
+    from mas_orchestra.local.precision import cpu_has_native_bf16
 
     cuda = torch.cuda.is_available()
     return Hardware(cuda, bool(torch.cuda.is_bf16_supported()) if cuda else cpu_has_native_bf16())

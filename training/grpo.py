@@ -54,7 +54,7 @@ def resolve_orchestrator(model: str) -> str:
     """The path or model id GRPOTrainer loads: ``embedded`` → the cached SmolLM2 folder."""
     text = model.strip()
     if text.lower() == "embedded":
-        from mas_orchestra.models.embedded import embedded_model_dir
+        from mas_orchestra.local.embedded import embedded_model_dir
 
         return str(embedded_model_dir())
     if text.lower() == TINY_RANDOM:
@@ -169,13 +169,7 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
     from training.data import build_dataset, filter_long_prompts
     from training.pools import pooled_subagents
     from training.rewards import make_outcome_reward, orchestra_registry
-    from training.trainer import (
-        CurvePlotter,
-        HeapTrimmer,
-        OrchestraGRPOTrainer,
-        StepTimer,
-        peak_rss_mb,
-    )
+    from training.trainer import CurvePlotter, HeapTrimmer, OrchestraGRPOTrainer, StepTimer, peak_rss_mb
 
     checkpoint = _checked_resume_checkpoint(cfg)
     cuda = torch.cuda.is_available()
@@ -209,13 +203,9 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
         target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM",
     )
-    if not cuda:
-        from mas_orchestra.models.batching import prefer_grouped_query_attention
-
-        prefer_grouped_query_attention("cpu")  # the packed training forward has a mask too
     timer = StepTimer()
     callbacks: list[Any] = [timer]
-    if cfg.release_memory and not cuda:
+    if cfg.release_memory and not cuda:  # before the model loads: its blocks too are returned when freed
         from training.allocator import release_freed_memory
 
         if release_freed_memory():
@@ -226,12 +216,9 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
     validation = _validation_callback(cfg, reward_kwargs, registry, tokenizer)
     trainer = OrchestraGRPOTrainer(
         model=model_path, reward_funcs=[reward], args=cfg, train_dataset=dataset, processing_class=tokenizer,
-        peft_config=peft_config, callbacks=[*callbacks, plotter], constraint=constraint,
-        batched_rollouts=bool(cfg.batched_rollouts), merged_sampling=cfg.merged_sampling,
-        shared_prefix=bool(cfg.shared_prefix), profile_phases=cfg.profile_phases,
+        peft_config=peft_config, callbacks=[*callbacks, plotter], constraint=constraint, validation=validation,
         rollout_log=cfg.output_path / "rollouts.jsonl" if cfg.log_rollouts else None,
-        checkpoint_every_n_layers=cfg.checkpoint_every_n_layers, validation=validation,
-    )
+    )  # its __init__ installs the config's features (training.hooks)
     trainer.train(resume_from_checkpoint=checkpoint)
 
     out = cfg.output_path

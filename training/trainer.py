@@ -33,30 +33,10 @@ from mas_orchestra.bench.training_curve import (
 from mas_orchestra.errors import MissingExtraError
 from training.records import RolloutRecord, summarize
 
-__all__ = ["CurvePlotter", "HeapTrimmer", "OrchestraGRPOTrainer", "StepTimer", "checkpoint_every_n_layers",
-           "peak_rss_mb", "structured_generation_kwargs"]
+__all__ = ["CurvePlotter", "HeapTrimmer", "OrchestraGRPOTrainer", "StepTimer", "peak_rss_mb",
+           "structured_generation_kwargs"]
 
 log = logging.getLogger("training.trainer")
-
-
-def checkpoint_every_n_layers(model: Any, every_n_layers: int) -> None:
-    """Make every later activation-checkpointing switch of ``model`` checkpoint only every n-th decoder layer.
-
-    transformers takes ``every_n_layers`` when the Trainer enables checkpointing, but TRL turns checkpointing off
-    around each generation and back on with the checkpoint function's own keyword arguments only, which would
-    checkpoint every layer again from the second step on; so the choice is fixed on the model instead.
-    """
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    set_layers = inner._set_gradient_checkpointing
-
-    def set_gradient_checkpointing(enable: bool = True, *args: Any, **kwargs: Any) -> Any:
-        kwargs["every_n_layers"] = every_n_layers
-        return set_layers(enable, *args, **kwargs)
-
-    inner._set_gradient_checkpointing = set_gradient_checkpointing
-
-
-_checkpoint_layers = checkpoint_every_n_layers  # the trainer's keyword argument has the function's name
 
 
 def structured_generation_kwargs(generation_kwargs: dict[str, Any] | None, constraint: Any) -> dict[str, Any]:
@@ -72,81 +52,55 @@ def peak_rss_mb() -> float:
 class OrchestraGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` + the outcome-reward metrics in every log entry, and the features of our runs.
 
-    Everything TRL's ``GRPOTrainer`` takes, plus (keyword-only, each off by default):
+    ``args`` may be a :class:`~training.config.OrchestraGRPOConfig`: its features (shared-prefix forward, batched
+    rollouts, every-n-layer checkpointing, phase profiling) are then installed by ``__init__`` itself, through
+    :func:`training.hooks.install_trainer_hooks` (the overrides of TRL's private methods are not defined here).
+    ``decoding_stats`` (set when rollouts are decoded under a grammar) adds ``constrained/*`` counters to the logs.
 
     Args:
         *args: ``GRPOTrainer``'s positional arguments.
-        constraint: An :class:`~mas_orchestra.models.constraints.OrchestrationConstraint`: rollouts are sampled
-            under its grammar (vLLM: the one-piece grammar as ``structured_outputs``; transformers: the staged,
-            budget-fitted decoding, whose ``constrained/*`` counters join the logs).
-        batched_rollouts: Sample transformers rollouts through the batched decoder (training/rollouts.py).
-        merged_sampling: Batched rollouts sample from merged LoRA weights in eval mode.
-        shared_prefix: Run a group's shared prompt once in the policy's forward (training/shared_prefix.py)
-            where that is exact.
-        rollout_log: Where every rollout is appended as one JSON line (None: not kept).
-        profile_phases: Add per-phase time and peak RSS to every training log (training/profiling.py).
-        checkpoint_every_n_layers: With gradient checkpointing, recompute only every n-th decoder layer.
-        validation: A :class:`~training.validation.ValidationCallback`, added to the callbacks and attached.
+        constraint: An :class:`~mas_orchestra.models.constraints.OrchestrationConstraint`, or ``None``: rollouts
+            are sampled under its grammar (vLLM: the one-piece grammar as ``structured_outputs``; transformers:
+            the staged, budget-fitted decoding).
+        rollout_log: Where every rollout is appended as one JSON line (``None``: not kept).
+        validation: A :class:`~training.validation.ValidationCallback`: added to the callbacks and attached.
         **kwargs: ``GRPOTrainer``'s keyword arguments (``args``, ``callbacks``, ``processing_class``…).
     """
+
+    decoding_stats: Any = None
+    #: Where every rollout (step, question, completion, status, reward, error) is appended as one JSON line;
+    #: None = not kept. After a resume the steps past the checkpoint appear again: readers keep the last.
+    rollout_log: Path | None = None
+    #: A :class:`training.profiling.PhaseProfiler` whose per-phase time and peak RSS join every training log.
+    profiler: Any = None
 
     #: Warn after this many logging steps in a row in which every rollout scored 0 (no gradient at all).
     zero_reward_warn_after: int = 3
 
-    def __init__(self, *args: Any, constraint: Any = None, batched_rollouts: bool = False,
-                 merged_sampling: bool = True, shared_prefix: bool = False, rollout_log: Path | None = None,
-                 profile_phases: bool = False, checkpoint_every_n_layers: int = 1, validation: Any = None,
+    def __init__(self, *args: Any, constraint: Any = None, rollout_log: Path | None = None, validation: Any = None,
                  **kwargs: Any) -> None:
-        training_args = kwargs.get("args")
-        use_vllm = bool(getattr(training_args, "use_vllm", False))
-        if constraint is not None and use_vllm and training_args is not None:
+        from training.config import OrchestraGRPOConfig
+
+        config = kwargs.get("args")
+        if constraint is not None and config is not None and config.use_vllm:
             # One request per rollout: the whole grammar in one piece (the staged, budget-fitted decoding runs
             # only where we own the sampling loop, i.e. transformers generation). TRL reads it in __init__.
-            training_args.generation_kwargs = structured_generation_kwargs(training_args.generation_kwargs,
-                                                                           constraint)
+            config.generation_kwargs = structured_generation_kwargs(config.generation_kwargs, constraint)
         if validation is not None:
             kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), validation]
         super().__init__(*args, **kwargs)
-        self._shared_prefix_warned: set[str] = set()
         self._zero_reward_steps: list[int] = []
-        #: Where every rollout (step, question, completion, status, reward, error) is appended as one JSON line;
-        #: None = not kept. After a resume the steps past the checkpoint appear again: readers keep the last.
         self.rollout_log = rollout_log
-        self.shared_prefix = shared_prefix
-        #: A :class:`training.profiling.PhaseProfiler` whose per-phase time and peak RSS join every training log.
-        self.profiler: Any = None
-        #: The running :class:`~mas_orchestra.models.decoding.DecodingStats` of constrained transformers rollouts.
-        self.decoding_stats: Any = None
         if validation is not None:
             validation.attach(self)
-        if checkpoint_every_n_layers > 1:
-            _checkpoint_layers(self.model, checkpoint_every_n_layers)
-        if profile_phases:
-            from training.profiling import profile_trainer
+        if isinstance(self.args, OrchestraGRPOConfig):
+            from training.hooks import install_trainer_hooks
 
-            self.profiler = profile_trainer(self)
-        self._install_sampler(constraint, batched=batched_rollouts and not use_vllm, merged_sampling=merged_sampling,
-                              use_vllm=use_vllm, validation=validation is not None)
-
-    def _install_sampler(self, constraint: Any, *, batched: bool, merged_sampling: bool, use_vllm: bool,
-                         validation: bool) -> None:
-        """Route the model's ``generate`` (TRL's transformers rollouts, validation samples) through our decoders."""
-        tokenizer = self.processing_class
-        if batched:
-            from training.rollouts import install_batched_rollouts
-
-            # prompts prefilled in the precision the training forward scores them in (bf16 autocast or float32);
-            # under bf16 a 4-bit base model decodes on its packed int4 weights (bf16 activations)
-            low_precision = bool(self.args.bf16 and self.args.use_cpu)
-            stats = install_batched_rollouts(self.model, tokenizer, constraint, merged_sampling=merged_sampling,
-                                             low_precision=low_precision)
-            self.decoding_stats = stats if constraint is not None else None
-        elif constraint is not None and (not use_vllm or validation):
-            from mas_orchestra.models.decoding import constrain_generate
-
-            # with vLLM rollouts only validation samples with transformers, under the same grammar
-            stats = constrain_generate(self.model, tokenizer, constraint)
-            self.decoding_stats = None if use_vllm else stats
+            cpu = bool(self.args.use_cpu)
+            # under bf16 autocast on a CPU rollouts prefill in bf16 and a 4-bit base model decodes on its packed
+            # int4 weights
+            install_trainer_hooks(self, self.processing_class, constraint, self.args, cuda=not cpu,
+                                  low_precision=bool(self.args.bf16 and cpu), validation=validation is not None)
 
     @property
     def _training(self) -> bool:
@@ -205,47 +159,6 @@ class OrchestraGRPOTrainer(GRPOTrainer):
                 "prompt (num_generations), a sampling temperature that explores, or a longer max_completion_length",
                 self._zero_reward_steps[0], step, ", ".join(statuses),
             )
-
-    def _get_per_token_logps_and_entropies(self, model: Any, input_ids: Any, attention_mask: Any,
-                                           logits_to_keep: int, batch_size: int | None = None,
-                                           compute_entropy: bool = False, compute_aux_loss: bool = False,
-                                           **multimodal: Any) -> Any:
-        """TRL's per-token log-probabilities, with each group's prompt run once where that is exact."""
-        reason = self._shared_prefix_refusal(model, compute_aux_loss, multimodal)
-        if reason is None:
-            from training.shared_prefix import MAX_PACKED_TOKENS
-
-            packed = int(input_ids.size(1)) + (int(input_ids.size(0)) - 1) * logits_to_keep  # an upper bound
-            if packed > MAX_PACKED_TOKENS:
-                reason = (f"a packed micro-batch of up to {packed} tokens exceeds {MAX_PACKED_TOKENS} (its dense "
-                          "attention mask grows with the square)")
-        if reason is not None:
-            if self.shared_prefix and reason not in self._shared_prefix_warned:
-                self._shared_prefix_warned.add(reason)
-                log.warning("shared-prefix forward off: %s; every row runs its whole prompt", reason)
-            return super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
-                compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **multimodal)
-        from training.shared_prefix import shared_prefix_logps
-
-        with self.accelerator.autocast():
-            # TRL's entropy is a metric and a token mask unless an entropy bonus puts it into the loss
-            logps, entropies = shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep,
-                                                   self.temperature, compute_entropy,
-                                                   entropy_grad=getattr(self, "_entropy_bonus_enabled", True))
-        return logps, entropies, None
-
-    def _shared_prefix_refusal(self, model: Any, compute_aux_loss: bool, multimodal: dict[str, Any]) -> str | None:
-        """Why the shared-prefix forward does not apply to this call (None: it does)."""
-        if not self.shared_prefix:
-            return "disabled"
-        if compute_aux_loss:
-            return "a mixture-of-experts auxiliary loss is requested"
-        if any(value is not None for value in multimodal.values()):
-            return "multimodal inputs"
-        from training.shared_prefix import shared_prefix_supported
-
-        return shared_prefix_supported(model)
 
     def _append_rollouts(self, records: list[RolloutRecord], ranks: list[int]) -> None:
         """Rank 0 appends the gathered rollouts of every rank (``rank``: which process executed it)."""
