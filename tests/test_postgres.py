@@ -149,6 +149,7 @@ def test_connection_lost_mid_run_is_a_clear_error_and_the_thread_resumes(monkeyp
     naming the database; a new run of the thread, once the database answers again, finishes it without
     calling a finished node again."""
     assert URL
+    from mas_orchestra import RunSettings
     from mas_orchestra.runtime import Orchestra
     from mas_orchestra.runtime.postgres import CheckpointConnectionError
     from mas_orchestra.testing import ScriptedChatModel, cot_reply
@@ -170,8 +171,8 @@ def test_connection_lost_mid_run_is_a_clear_error_and_the_thread_resumes(monkeyp
             killed.set()
         return cot_reply(f"{node} done")
 
-    orchestra = Orchestra(ScriptedChatModel(replies=[CHAIN6]), ScriptedChatModel(replies=reply), max_retries=0,
-                          checkpointer=url)
+    orchestra = Orchestra(ScriptedChatModel(replies=[CHAIN6]), ScriptedChatModel(replies=reply),
+                          settings=RunSettings(max_retries=0), checkpointer=url)
     t = thread()
     with pytest.raises(CheckpointConnectionError) as caught:
         asyncio.run(orchestra.arun("What is 3+4?", thread_id=t))

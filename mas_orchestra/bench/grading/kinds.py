@@ -20,11 +20,14 @@ from mas_orchestra.bench.grading.answers import (
     token_f1,
 )
 from mas_orchestra.bench.grading.bounded import verify_bounded
+from mas_orchestra.settings import RunSettings
 
-__all__ = ["F1_PASS", "VALID_KINDS", "Truth", "agrade", "grade", "score"]
+__all__ = ["F1_PASS", "GRADE_TIMEOUT", "VALID_KINDS", "Truth", "agrade", "grade", "score"]
 
 VALID_KINDS: tuple[str, ...] = ("math", "exact", "f1", "mcq", "judge")
 F1_PASS = 0.8
+#: Seconds Math-Verify may take on one answer when the caller gives none: ``RunSettings.grade_timeout``'s default.
+GRADE_TIMEOUT: float = RunSettings.model_fields["grade_timeout"].default
 Truth = str | Sequence[str]
 
 
@@ -95,7 +98,7 @@ def grade(
     *,
     question: str | None = None,
     judge: Any = None,
-    timeout: float = 5.0,
+    timeout: float = GRADE_TIMEOUT,
 ) -> bool:
     """Whether ``prediction`` answers correctly; see the module docstring for each kind.
 
@@ -145,7 +148,7 @@ def score(
     *,
     question: str | None = None,
     judge: Any = None,
-    timeout: float = 5.0,
+    timeout: float = GRADE_TIMEOUT,
 ) -> float:
     """A number in [0, 1]: token F1 for ``kind="f1"``, else 1.0 if :func:`grade` says correct and 0.0 otherwise.
 
@@ -180,7 +183,7 @@ async def agrade(
     *,
     question: str | None = None,
     judge: Any = None,
-    timeout: float = 5.0,
+    timeout: float = GRADE_TIMEOUT,
 ) -> bool:
     """Async :func:`grade`: the judge is awaited through ``ainvoke`` (if it has one).
 
