@@ -297,7 +297,7 @@ def test_served_graph_keeps_its_checkpoints_in_postgres(tmp_path):
         client = get_sync_client(url=served.url, timeout=60)
         thread_id = client.threads.create()["thread_id"]
         out = client.runs.wait(thread_id, "mas_orchestra", input={"question": "What is 3+4?"},
-                               config={"configurable": {"subagent": katan.model, "max_retries": 1}})
+                               context={"subagent": katan.model, "settings": {"max_retries": 1}})
         assert out["status"] == "ok" and out["answer"] == ECHO_ANSWER, out
         assert "Using custom checkpointer: AsyncPostgresSaver" in served.log.read_text()
         stored = finished(URL, thread_id)  # read by this process straight from PostgreSQL
