@@ -118,14 +118,15 @@ async def test_the_outcome_reward_honours_call_timeout():
 
 def test_the_grading_timeout_has_one_default_for_eval_training_and_grading():
     from mas_orchestra.bench.evaluation.runner import aevaluate as runner_aevaluate
-    from mas_orchestra.bench.grading import agrade, grade
+    from mas_orchestra.bench.grading import agrade, default_grade_timeout, grade, score
     from mas_orchestra.runtime.cli import add_settings_flags, settings_from_args
     from training.config import OrchestraGRPOConfig
 
     default = RunSettings.model_fields["grade_timeout"].default
     assert default == 10.0 and RunSettings().grade_timeout == default
-    for fn in (agrade, grade):  # the grading functions take RunSettings' default, not a number of their own
-        assert inspect.signature(fn).parameters["timeout"].default == default
+    for fn in (agrade, grade, score):  # the grading functions take RunSettings' default, not a number of their own
+        assert inspect.signature(fn).parameters["timeout"].default is None
+    assert default_grade_timeout() == default
     assert "grade_timeout" not in inspect.signature(runner_aevaluate).parameters  # it comes with settings
     assert REWARD_SETTINGS.grade_timeout == default
     assert OrchestraGRPOConfig().run_settings().grade_timeout == default

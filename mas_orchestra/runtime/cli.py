@@ -215,7 +215,9 @@ _SETTINGS_FLAGS = {"timeout": "timeout", "call_timeout": "call_timeout", "max_re
 
 def add_settings_flags(parser: argparse.ArgumentParser, *, concurrency: bool = True, rps: bool = True,
                        grade_timeout: bool = False) -> None:
-    """The :class:`~mas_orchestra.settings.RunSettings` flags; each default is the field's (not repeated here).
+    """The :class:`~mas_orchestra.settings.RunSettings` flags; a flag not given keeps the field's default.
+
+    The defaults are not repeated here (nor imported: ``--help`` loads no pydantic); the help names the field.
 
     Args:
         parser: The subcommand's parser.
@@ -223,24 +225,22 @@ def add_settings_flags(parser: argparse.ArgumentParser, *, concurrency: bool = T
         rps: Add ``--rps`` (the rate limit of API models).
         grade_timeout: Add ``--grade-timeout``.
     """
-    from mas_orchestra.settings import RunSettings
-
-    defaults = RunSettings()
-    parser.add_argument("--timeout", type=float, default=None,
-                        help=f"bound on one whole run, seconds (default: {defaults.timeout or 'none'})")
-    parser.add_argument("--call-timeout", type=float, default=None,
-                        help=f"bound on one sub-agent call, seconds (default: {defaults.call_timeout or 'none'})")
-    parser.add_argument("--max-retries", type=int, default=None,
-                        help=f"retries of transient model errors (default {defaults.max_retries})")
+    default = "(default: RunSettings.{})".format
+    parser.add_argument("--timeout", type=float, default=None, help="bound on one whole run, seconds "
+                        + default("timeout"))
+    parser.add_argument("--call-timeout", type=float, default=None, help="bound on one sub-agent call, seconds "
+                        + default("call_timeout"))
+    parser.add_argument("--max-retries", type=int, default=None, help="retries of transient model errors "
+                        + default("max_retries"))
     if concurrency:
         parser.add_argument("--concurrency", dest="max_concurrency", type=int, default=None,
-                            help=f"model calls in flight at most (default {defaults.max_concurrency})")
+                            help="model calls in flight at most " + default("max_concurrency"))
     if rps:
-        parser.add_argument("--rps", type=float, default=None,
-                            help="rate limit for API models, requests per second (default: none)")
+        parser.add_argument("--rps", type=float, default=None, help="rate limit for API models, requests per "
+                            "second " + default("requests_per_second"))
     if grade_timeout:
-        parser.add_argument("--grade-timeout", type=float, default=None,
-                            help=f"seconds Math-Verify may spend on one answer (default {defaults.grade_timeout})")
+        parser.add_argument("--grade-timeout", type=float, default=None, help="seconds Math-Verify may spend on "
+                            "one answer " + default("grade_timeout"))
 
 
 def add_cli(sub: Any) -> None:
