@@ -1,8 +1,8 @@
 """Local generation speed: batched vs one call at a time, prefix cache, jump-forward — side by side, one process.
 
-Every "before" number is today's path (``batching=False``: ``model.generate`` under the model lock, one call
-after another) measured in the same run as the "after" number (``batching=True``: concurrent calls decoded
-together), on the embedded SmolLM2-135M-Instruct, greedy unless said otherwise:
+Every "before" number is one call at a time (the engine with ``max_batch=1``, on a second loaded copy of the
+weights) measured in the same run as the "after" number (concurrent calls decoded together), on the embedded
+SmolLM2-135M-Instruct, greedy unless said otherwise:
 
 * tokens/s per sequence and in aggregate at batch 1/4/8 (``--tokens`` new tokens per call, EOS suppressed by
   asking for a long story);
@@ -42,11 +42,33 @@ TOPICS = ["a dragon who bakes bread", "a lighthouse keeper", "a lost robot", "tw
           "a city under the sea", "a clockmaker's apprentice", "a desert caravan", "a talking cat"]
 
 
+def _engine(threads: int, **options: Any) -> Any:
+    from mas_orchestra.local.options import LocalEngineOptions
+
+    return LocalEngineOptions(torch_threads=threads, **options)
+
+
+def _one_at_a_time(threads: int, **fields: Any) -> Any:
+    """The embedded model decoding one call at a time: a second loaded copy (hard links under another folder, so
+    another engine) with ``max_batch=1``."""
+    import tempfile
+
+    from mas_orchestra.local.embedded import embedded_model_dir
+    from mas_orchestra.models.hf_chat import load_hf_chat_model
+
+    source = embedded_model_dir()
+    copy = Path(tempfile.mkdtemp(prefix="one-at-a-time-")) / source.name
+    copy.mkdir()
+    for path in source.iterdir():
+        os.link(path, copy / path.name)
+    return load_hf_chat_model(copy, **fields, engine=_engine(threads, max_batch=1))
+
+
 def _models(tokens: int, threads: int) -> tuple[Any, Any]:
     from mas_orchestra.models.hf_chat import load_embedded_chat_model
 
-    common = {"temperature": 0.0, "max_new_tokens": tokens, "torch_threads": threads}
-    return load_embedded_chat_model(**common), load_embedded_chat_model(**common, batching=False)
+    common = {"temperature": 0.0, "max_new_tokens": tokens}
+    return load_embedded_chat_model(**common, engine=_engine(threads)), _one_at_a_time(threads, **common)
 
 
 async def _concurrently(model: Any, prompts: list[str], **kwargs: Any) -> tuple[float, list[Any]]:
@@ -60,7 +82,7 @@ def throughput(batched: Any, sequential: Any, sizes: list[int]) -> list[dict[str
     rows = []
     for size in sizes:
         prompts = [STORY.format(TOPICS[i % len(TOPICS)]) for i in range(size)]
-        before_wall, before = asyncio.run(_concurrently(sequential, prompts))  # serialised by the model lock
+        before_wall, before = asyncio.run(_concurrently(sequential, prompts))  # one at a time: max_batch=1
         after_wall, after = asyncio.run(_concurrently(batched, prompts))
         tokens_before = sum(m.usage_metadata["output_tokens"] for m in before)
         tokens_after = sum(m.usage_metadata["output_tokens"] for m in after)
@@ -80,9 +102,9 @@ def time_to_first_token(threads: int, repeats: int) -> dict[str, Any]:
     from mas_orchestra.models.hf_chat import load_embedded_chat_model
     from mas_orchestra.prompts import orchestrator_prompt
 
-    common = {"temperature": 0.0, "max_new_tokens": 1, "torch_threads": threads}
-    cold = load_embedded_chat_model(**common, prefix_caching=False)
-    warm = load_embedded_chat_model(**common)
+    common = {"temperature": 0.0, "max_new_tokens": 1}
+    cold = load_embedded_chat_model(**common, engine=_engine(threads, prefix_caching=False))
+    warm = load_embedded_chat_model(**common, engine=_engine(threads))
     warm.invoke(orchestrator_prompt("What is 12 times 7?"))  # fills the cache with the shared instructions
     off, on, cached, n_in = [], [], 0, 0
     for i in range(repeats):
@@ -100,18 +122,18 @@ def time_to_first_token(threads: int, repeats: int) -> dict[str, Any]:
 
 def self_consistency(threads: int, tokens: int) -> dict[str, Any]:
     """An SC agent with 5 samples (temperature 0.7, replies under the reply grammar as in the main job), wall
-    with batching off vs on."""
+    one call at a time vs batched."""
     from agents.base import CallSettings
     from agents.self_consistency import SCAgent
     from mas_orchestra.models.constraints import reply_constrainer
     from mas_orchestra.models.hf_chat import load_embedded_chat_model
 
-    common = {"temperature": 0.7, "max_new_tokens": tokens, "torch_threads": threads}
+    common = {"temperature": 0.7, "max_new_tokens": tokens}
     task = "A farmer has 12 cows and buys 7 more. How many cows does the farmer have?"
     out: dict[str, Any] = {}
-    for name, model in (("warm-up", load_embedded_chat_model(**common)),  # compiles the reply grammar once
-                        ("before", load_embedded_chat_model(**common, batching=False)),
-                        ("after", load_embedded_chat_model(**common))):
+    for name, model in (("warm-up", load_embedded_chat_model(**common, engine=_engine(threads))),  # the grammar
+                        ("before", _one_at_a_time(threads, **common)),
+                        ("after", load_embedded_chat_model(**common, engine=_engine(threads)))):
         settings = CallSettings(max_tokens=tokens, constrain_reply=reply_constrainer("on", model))
         t = time.perf_counter()
         result = asyncio.run(SCAgent(model, samples=5, settings=settings).arun(task))
@@ -131,11 +153,11 @@ def jump_forward(threads: int, tokens: int) -> dict[str, Any]:
     from mas_orchestra.prompts import orchestrator_prompt
     from mas_orchestra.registry import default_registry
 
-    common = {"temperature": 0.0, "max_new_tokens": tokens, "torch_threads": threads}
+    common = {"temperature": 0.0, "max_new_tokens": tokens}
     out: dict[str, Any] = {}
-    for name, model in (("warm-up", load_embedded_chat_model(**common)),  # compiles the grammars, fills the cache
-                        ("off", load_embedded_chat_model(**common, jump_forward=False)),
-                        ("on", load_embedded_chat_model(**common))):
+    for name, model in (("warm-up", load_embedded_chat_model(**common, engine=_engine(threads))),  # grammars, cache
+                        ("off", load_embedded_chat_model(**common, engine=_engine(threads, jump_forward=False))),
+                        ("on", load_embedded_chat_model(**common, engine=_engine(threads)))):
         t = time.perf_counter()
         constraint = OrchestrationConstraint(dom="high", registry=default_registry)
         reply = model.invoke(orchestrator_prompt("What is 12 times 7?"), constraint=constraint)
@@ -156,15 +178,15 @@ def precision(threads: int, tokens: int, repeats: int) -> dict[str, Any]:
     import torch
     from transformers import DynamicCache
 
+    from mas_orchestra.local.precision import cpu_has_native_bf16
     from mas_orchestra.models.hf_chat import load_embedded_chat_model
-    from mas_orchestra.models.precision import cpu_has_native_bf16
     from mas_orchestra.prompts import orchestrator_prompt
 
     out: dict[str, Any] = {"native_bf16": cpu_has_native_bf16()}
     texts = {}
     for name in ("float32", "bfloat16"):
-        model = load_embedded_chat_model(temperature=0.0, max_new_tokens=1, torch_threads=threads,
-                                         prefix_caching=False, prefill_precision=name)
+        model = load_embedded_chat_model(temperature=0.0, max_new_tokens=1,
+                                         engine=_engine(threads, prefix_caching=False, prefill_precision=name))
         model.invoke(orchestrator_prompt("What is 2 plus 2?"))  # warm-up
         times = []
         for i in range(repeats):
@@ -201,11 +223,13 @@ def decode_weights(threads: int, tokens: int, sizes: list[int]) -> dict[str, Any
     batched, alternating), and the packed steps' distance from float32 on a teacher-forced reply."""
     import torch
 
+    from mas_orchestra.local.packed_weights import packed_decoding
     from mas_orchestra.models.hf_chat import load_embedded_chat_model
-    from mas_orchestra.models.packed_weights import packed_decoding
 
-    common = {"temperature": 0.0, "max_new_tokens": tokens, "torch_threads": threads, "prefix_caching": False}
-    models = {name: load_embedded_chat_model(**common, decode_weights=name) for name in ("float32", "int4")}
+    common = {"temperature": 0.0, "max_new_tokens": tokens}
+    models = {name: load_embedded_chat_model(**common, engine=_engine(threads, prefix_caching=False,
+                                                                      decode_weights=name))
+              for name in ("float32", "int4")}
     models["int4"].invoke("Hi", max_new_tokens=2)  # packs the weights (once)
     out: dict[str, Any] = {"pack": vars(models["int4"]._load().model._mas_decode_pack)}
     for size in sizes:

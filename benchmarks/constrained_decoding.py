@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mas_orchestra.config import OrchestraConfig
 from mas_orchestra.errors import SpecError
+from mas_orchestra.local.options import LocalEngineOptions
 from mas_orchestra.models.constraints import OrchestrationConstraint
 from mas_orchestra.models.hf_chat import load_embedded_chat_model
 from mas_orchestra.registry import offered_registry
@@ -48,7 +49,7 @@ def compile_times(caps: list[int]) -> list[dict[str, Any]]:
     import xgrammar as xgr
     from transformers import AutoTokenizer
 
-    from mas_orchestra.models.embedded import embedded_model_dir
+    from mas_orchestra.local.embedded import embedded_model_dir
     from mas_orchestra.spec.grammar import orchestration_grammar
 
     folder = embedded_model_dir()
@@ -82,7 +83,7 @@ def compile_times(caps: list[int]) -> list[dict[str, Any]]:
 
 
 async def orchestrate_both(questions: list[tuple[str, str]], doms: list[str], threads: int | None) -> dict[str, Any]:
-    model = load_embedded_chat_model(torch_threads=threads)
+    model = load_embedded_chat_model(engine=LocalEngineOptions(torch_threads=threads))
     registry = offered_registry()
     once = RunSettings(max_retries=0)
     free = {dom: Orchestra(model, model, config=OrchestraConfig(dom=dom, constrained=False), settings=once)

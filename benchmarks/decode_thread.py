@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from mas_orchestra.models.embedded import embedded_model_dir
+    from mas_orchestra.local.embedded import embedded_model_dir
 
     torch.set_num_threads(args.threads)
     model = AutoModelForCausalLM.from_pretrained(str(embedded_model_dir()))

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mas_orchestra.models.embedded import embedded_model_dir
+from mas_orchestra.local.embedded import embedded_model_dir
 from mas_orchestra.models.hf_chat import HFChatModel
 
 PROMPT = "Write a long, detailed story about a dragon who learns to bake bread."

@@ -65,7 +65,7 @@ def run(tokens: int = 64, rounds: int = 3, threads: tuple[int, ...] = (1, 2)) ->
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from mas_orchestra.models.embedded import embedded_model_dir, smollm2_gguf_path
+    from mas_orchestra.local.embedded import embedded_model_dir, smollm2_gguf_path
 
     model_dir = embedded_model_dir()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -136,8 +136,8 @@ def main() -> None:
 
     import torch
 
+    from mas_orchestra.local.threads import default_torch_threads
     from mas_orchestra.models.hf_chat import load_embedded_chat_model
-    from mas_orchestra.models.threads import default_torch_threads
 
     threads = default_torch_threads()
     torch.set_num_threads(threads)  # the replay's threads; the job's calls use the same rule

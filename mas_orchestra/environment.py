@@ -85,14 +85,15 @@ VARIABLES: tuple[Variable, ...] = (
              "Root of everything mas-orchestra caches: the converted embedded model, the prompt-prefix store, the "
              "web search cache.", "Local models", old_names=("MAS_ORCHESTRA_CACHE",)),
     Variable("MAS_TORCH_THREADS", "integer", "`OMP_NUM_THREADS`, else usable cores / `LOCAL_WORLD_SIZE`",
-             "Torch intra-op threads of local generation (`HFChatModel(torch_threads=)` wins); use `1` on a shared "
-             "machine or in CI ([local models](../guides/local-models.md)).", "Local models"),
+             "Torch intra-op threads of local generation (`LocalEngineOptions(torch_threads=)` wins); use `1` on a "
+             "shared machine or in CI ([local models](../guides/local-models.md)).", "Local models"),
     Variable("MAS_PREFILL_DTYPE", "auto | float32 | bfloat16", "auto",
-             "Precision prompts are prefilled in on a CPU (`HFChatModel(prefill_precision=)` wins; training "
+             "Precision prompts are prefilled in on a CPU (`LocalEngineOptions(prefill_precision=)` wins; training "
              "rollouts default to the training forward's precision).", "Local models"),
     Variable("MAS_DECODE_WEIGHTS", "auto | float32 | int4", "auto",
-             "Weights decode steps read on a CPU: `int4` packs a 4-bit model's layers (`HFChatModel(decode_weights=)` "
-             "wins; training rollouts default to `float32` outside bf16 autocast).", "Local models"),
+             "Weights decode steps read on a CPU: `int4` packs a 4-bit model's layers "
+             "(`LocalEngineOptions(decode_weights=)` wins; training rollouts default to `float32` outside bf16 "
+             "autocast).", "Local models"),
     Variable("MAS_PREFIX_CACHE_MB", "MiB", "256",
              "In-memory budget of cached prompt key/values per model; `0` turns the cache off.", "Local models"),
     Variable("MAS_PREFIX_STORE_MB", "MiB", "512",

@@ -37,7 +37,7 @@ def data_dir() -> Path:
 @pytest.fixture
 def prefill_dtypes(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     """The autocast dtype of every batched prefill from now on (``None``: the model's own precision), in order."""
-    from mas_orchestra.models import batching
+    from mas_orchestra.local import batching
 
     seen: list[object] = []
     real_autocast = batching.prefill_autocast

@@ -1,7 +1,7 @@
 """Batched local generation, prefix caching, jump-forward decoding and the torch thread rule.
 
-The model tests run the embedded SmolLM2 for real and compare batched replies with the one-call-at-a-time path
-(``batching=False``, plain ``model.generate``) under greedy decoding; nothing here asserts timings.
+The model tests run the embedded SmolLM2 for real and compare the engine's batched replies with plain
+``model.generate`` on the same weights, one call at a time, under greedy decoding; nothing here asserts timings.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import time
 import pytest
 
 from mas_orchestra.errors import GrammarError
-from mas_orchestra.models.prefix_cache import (
+from mas_orchestra.local.prefix_cache import (
     MIN_STORED_TOKENS,
     PREFIX_CACHE_ENV_VAR,
     PrefixCache,
     PrefixCacheError,
     prefix_cache_bytes,
 )
-from mas_orchestra.models.threads import THREADS_ENV_VAR, TorchThreadsError, default_torch_threads, usable_cores
+from mas_orchestra.local.threads import THREADS_ENV_VAR, TorchThreadsError, default_torch_threads, usable_cores
 
 torch = pytest.importorskip("torch")
 
@@ -107,17 +107,53 @@ def test_torch_threads_follow_affinity_and_overrides(monkeypatch: pytest.MonkeyP
 # ----------------------------------------------------------------------------- the embedded model
 
 
+class _GenerateReference:
+    """``model.generate`` on the chat model's loaded weights, one call at a time, greedy: what the engine's
+    greedy replies must equal token for token (float32 prefill and decode weights)."""
+
+    def __init__(self, chat) -> None:  # type: ignore[no-untyped-def]
+        self.chat = chat
+
+    def invoke(self, prompt, *, constraint=None, max_new_tokens=None):  # type: ignore[no-untyped-def]
+        from types import SimpleNamespace
+
+        from transformers import LogitsProcessorList
+
+        from mas_orchestra.local.decoding import ConstrainedLogitsProcessor, grammar_compiler, stop_token_ids
+        from mas_orchestra.models.hf_chat import _to_chat_dicts
+
+        engine = self.chat._load()
+        tok, model = engine.tokenizer, engine.model
+        max_new = max_new_tokens or self.chat.max_new_tokens
+        enc = tok.apply_chat_template(_to_chat_dicts(self.chat._convert_input(prompt).to_messages()),
+                                      add_generation_prompt=True, return_dict=True, return_tensors="pt")
+        processors = []
+        if constraint is not None:
+            stops = stop_token_ids(model.generation_config.eos_token_id, tok)
+            compiler = grammar_compiler(tok, int(model.config.vocab_size), stops)
+            processors.append(ConstrainedLogitsProcessor(constraint, tok, compiler, max_new_tokens=max_new))
+        with torch.inference_mode():
+            out = model.generate(**enc, max_new_tokens=max_new, do_sample=False, pad_token_id=tok.pad_token_id,
+                                 logits_processor=LogitsProcessorList(processors))
+        new_ids = out[0, enc["input_ids"].shape[1]:].tolist()
+        end_ids = {tok.eos_token_id, tok.pad_token_id, *engine.batcher.end_ids}
+        while new_ids and new_ids[-1] in end_ids:
+            new_ids.pop()
+        return SimpleNamespace(content=tok.decode(new_ids, skip_special_tokens=True))
+
+
 @pytest.fixture(scope="module")
 def models():  # type: ignore[no-untyped-def]
     if not _HAVE_EMBEDDED:
         pytest.skip("embedded model not installed")
+    from mas_orchestra.local.options import LocalEngineOptions
     from mas_orchestra.models.hf_chat import load_embedded_chat_model
 
-    # float32 prefill: these tests compare batched replies token for token with model.generate's
-    batched = load_embedded_chat_model(temperature=0.0, max_new_tokens=20, torch_threads=1,
-                                       prefill_precision="float32")
-    sequential = load_embedded_chat_model(temperature=0.0, max_new_tokens=20, torch_threads=1, batching=False)
-    return batched, sequential
+    # float32 prefill and decode weights: these tests compare batched replies token for token with model.generate's
+    batched = load_embedded_chat_model(temperature=0.0, max_new_tokens=20, engine=LocalEngineOptions(
+        torch_threads=1, prefill_precision="float32", decode_weights="float32"))
+    batched.invoke("Hello")  # loads the model and makes its batcher
+    return batched, _GenerateReference(batched)
 
 
 PROMPTS = [
@@ -133,13 +169,13 @@ async def _gather(model, prompts, **kwargs):  # type: ignore[no-untyped-def]
 
 @needs_embedded
 def test_batched_greedy_equals_one_call_at_a_time(models) -> None:  # type: ignore[no-untyped-def]
-    batched, sequential = models
-    expected = [sequential.invoke(p).content for p in PROMPTS]
+    batched, reference = models
+    expected = [reference.invoke(p).content for p in PROMPTS]
     bundle = batched._load()
-    bundle.get_batcher().peak_batch = 0
+    bundle.get_batcher(batched.engine).peak_batch = 0
     got = asyncio.run(_gather(batched, PROMPTS))
     assert [m.content for m in got] == expected
-    assert bundle.get_batcher().peak_batch >= 2  # they were decoded together
+    assert bundle.get_batcher(batched.engine).peak_batch >= 2  # they were decoded together
     assert all(m.usage_metadata["output_tokens"] > 0 for m in got)
 
 
@@ -158,14 +194,14 @@ def test_seeded_sampling_is_the_same_alone_and_in_a_batch(models) -> None:  # ty
 
 @needs_embedded
 def test_prefix_cache_reuses_a_shared_system_prompt(models) -> None:  # type: ignore[no-untyped-def]
-    batched, sequential = models
+    batched, reference = models
     first = [("system", LONG_SYSTEM), ("human", "What is 3 times 5?")]
     second = [("system", LONG_SYSTEM), ("human", "What is 9 minus 4?")]
     batched.invoke(first)
     reply = batched.invoke(second)
     cached = reply.response_metadata.get("cached_prompt_tokens", 0)
     assert cached > 100 and cached < reply.usage_metadata["input_tokens"]
-    assert reply.content == sequential.invoke(second).content
+    assert reply.content == reference.invoke(second).content
 
 
 @needs_embedded
@@ -173,10 +209,10 @@ def test_constrained_rows_stay_valid_and_match_the_unbatched_path(models) -> Non
     from agents.base import parse_reply
     from mas_orchestra.models.constraints import ReplyConstraint
 
-    batched, sequential = models
+    batched, reference = models
     constraint = ReplyConstraint()
     prompts = [[("human", "What is 6 times 7? Think, then answer.")], PROMPTS[1]]
-    expected = [sequential.invoke(p, constraint=constraint, max_new_tokens=48).content for p in prompts]
+    expected = [reference.invoke(p, constraint=constraint, max_new_tokens=48).content for p in prompts]
 
     async def main():  # type: ignore[no-untyped-def]
         return await asyncio.gather(
@@ -189,14 +225,14 @@ def test_constrained_rows_stay_valid_and_match_the_unbatched_path(models) -> Non
     for message in constrained:
         assert parse_reply(message.content).answer, message.content
         assert message.response_metadata["constrained"]["forced_tokens"] > 0
-    assert free.content == sequential.invoke(PROMPTS[2]).content
+    assert free.content == reference.invoke(PROMPTS[2]).content
 
 
 @needs_embedded
 def test_a_cancelled_request_leaves_its_batch_and_the_others_finish(models) -> None:  # type: ignore[no-untyped-def]
-    batched, sequential = models
-    expected = sequential.invoke(PROMPTS[0], max_new_tokens=30).content
-    batcher = batched._load().get_batcher()
+    batched, reference = models
+    expected = reference.invoke(PROMPTS[0], max_new_tokens=30).content
+    batcher = batched._load().get_batcher(batched.engine)
 
     async def main():  # type: ignore[no-untyped-def]
         long = asyncio.ensure_future(asyncio.wait_for(batched.ainvoke(PROMPTS[2], max_new_tokens=400,
@@ -224,8 +260,8 @@ def test_a_grammar_that_dies_mid_batch_fails_only_its_row(models) -> None:  # ty
         def closing_grammar(self, text: str, remaining: int) -> str | None:
             return "root ::= ( broken"
 
-    batched, sequential = models
-    expected = sequential.invoke(PROMPTS[1]).content
+    batched, reference = models
+    expected = reference.invoke(PROMPTS[1]).content
 
     async def main():  # type: ignore[no-untyped-def]
         return await asyncio.gather(batched.ainvoke(PROMPTS[0], constraint=DyingReply(), max_new_tokens=40),
@@ -239,6 +275,7 @@ def test_a_grammar_that_dies_mid_batch_fails_only_its_row(models) -> None:  # ty
 
 @needs_embedded
 def test_jump_forward_writes_the_same_orchestration_in_fewer_passes(models) -> None:  # type: ignore[no-untyped-def]
+    from mas_orchestra.local.options import LocalEngineOptions
     from mas_orchestra.models.constraints import OrchestrationConstraint
     from mas_orchestra.models.hf_chat import load_embedded_chat_model
     from mas_orchestra.prompts import orchestrator_prompt
@@ -249,7 +286,8 @@ def test_jump_forward_writes_the_same_orchestration_in_fewer_passes(models) -> N
     constraint = OrchestrationConstraint(dom="high", registry=default_registry)
     replies = {}
     for jump in (False, True):
-        model = load_embedded_chat_model(temperature=0.0, max_new_tokens=96, torch_threads=1, jump_forward=jump)
+        model = load_embedded_chat_model(temperature=0.0, max_new_tokens=96,
+                                         engine=LocalEngineOptions(torch_threads=1, jump_forward=jump))
         replies[jump] = model.invoke(prompt, constraint=constraint)
     assert replies[True].content == replies[False].content
     assert replies[True].usage_metadata["output_tokens"] == replies[False].usage_metadata["output_tokens"]
@@ -261,6 +299,7 @@ def test_jump_forward_writes_the_same_orchestration_in_fewer_passes(models) -> N
 def test_another_model_never_gets_this_models_prefix(models, tmp_path) -> None:  # type: ignore[no-untyped-def]
     import os
 
+    from mas_orchestra.local.options import LocalEngineOptions
     from mas_orchestra.models.hf_chat import load_hf_chat_model
 
     batched, _ = models
@@ -269,7 +308,7 @@ def test_another_model_never_gets_this_models_prefix(models, tmp_path) -> None: 
     copy.mkdir()
     for name in os.listdir(source):  # the same weights under another path: another model identity
         os.link(os.path.join(source, name), copy / name)
-    other = load_hf_chat_model(copy, temperature=0.0, max_new_tokens=4, torch_threads=1)
+    other = load_hf_chat_model(copy, temperature=0.0, max_new_tokens=4, engine=LocalEngineOptions(torch_threads=1))
     messages = [("system", LONG_SYSTEM), ("human", "What is 1 plus 1?")]
     batched.invoke(messages)
     assert batched.invoke(messages).response_metadata["cached_prompt_tokens"] > 100
@@ -281,7 +320,7 @@ def test_another_model_never_gets_this_models_prefix(models, tmp_path) -> None: 
 
 @needs_embedded
 def test_a_failing_forward_pass_fails_its_batch_with_a_typed_error_and_the_worker_goes_on(models) -> None:  # type: ignore[no-untyped-def]
-    from mas_orchestra.models.batching import BatchingError, GenerationBatcher, GenerationRequest
+    from mas_orchestra.local.batching import BatchingError, GenerationBatcher, GenerationRequest
 
     batched, _ = models
     bundle = batched._load()
@@ -318,7 +357,7 @@ def test_a_failing_forward_pass_fails_its_batch_with_a_typed_error_and_the_worke
 def test_run_decodes_on_the_calling_thread_with_the_same_tokens_as_the_worker(models) -> None:  # type: ignore[no-untyped-def]
     import threading
 
-    from mas_orchestra.models.batching import GenerationBatcher, GenerationRequest
+    from mas_orchestra.local.batching import GenerationBatcher, GenerationRequest
 
     batched, _ = models
     bundle = batched._load()
@@ -359,7 +398,7 @@ def test_run_decodes_on_the_calling_thread_with_the_same_tokens_as_the_worker(mo
 def test_run_while_the_worker_is_busy_hands_the_requests_to_it(models) -> None:  # type: ignore[no-untyped-def]
     import threading
 
-    from mas_orchestra.models.batching import GenerationBatcher, GenerationRequest
+    from mas_orchestra.local.batching import GenerationBatcher, GenerationRequest
 
     batched, _ = models
     bundle = batched._load()

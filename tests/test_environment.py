@@ -115,7 +115,7 @@ def test_nothing_is_read_at_import(tmp_path: Path) -> None:
 
     # a bad value at import time would fail the import; read when the object is built, it fails there
     code = ("import importlib, sys\n"
-            "for m in ('mas_orchestra.models.threads', 'mas_orchestra.models.prefix_cache', "
+            "for m in ('mas_orchestra.local.threads', 'mas_orchestra.local.prefix_cache', "
             "'mas_orchestra.bench.grading.bounded', 'agents.search.web', 'graphs.end_to_end'):\n"
             "    importlib.import_module(m)\n"
             "print('imported')\n")
@@ -169,8 +169,8 @@ def test_old_names_are_read_with_a_deprecation_warning_and_the_new_name_wins(mon
 
 
 def test_one_cache_root_for_model_prefixes_and_search(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from mas_orchestra.models.embedded import default_cache_root
-    from mas_orchestra.models.prefix_store import PrefixStore
+    from mas_orchestra.local.embedded import default_cache_root
+    from mas_orchestra.local.prefix_store import PrefixStore
 
     for name in ("MAS_CACHE_DIR", "MAS_ORCHESTRA_CACHE", "MAS_PREFIX_STORE_DIR", "MAS_SEARCH_CACHE",
                  "MAS_ORCHESTRA_SEARCH_CACHE"):

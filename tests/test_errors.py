@@ -53,12 +53,13 @@ BUILTIN_BASE: dict[str, type[BaseException]] = {
     "mas_orchestra.offers.PoolError": ValueError,
     "agents.tools.toolset.ToolsetError": ValueError,
     "agents.tools.mcp.McpServerError": RuntimeError,
-    "mas_orchestra.models.embedded.EmbeddedModelUnavailableError": ImportError,
-    "mas_orchestra.models.batching.BatchingError": RuntimeError,
-    "mas_orchestra.models.threads.TorchThreadsError": ValueError,
-    "mas_orchestra.models.prefix_cache.PrefixCacheError": ValueError,
-    "mas_orchestra.models.precision.PrecisionError": ValueError,
-    "mas_orchestra.models.packed_weights.DecodeWeightsError": ValueError,
+    "mas_orchestra.local.embedded.EmbeddedModelUnavailableError": ImportError,
+    "mas_orchestra.local.batching.BatchingError": RuntimeError,
+    "mas_orchestra.local.batching.UnsupportedCacheError": ValueError,
+    "mas_orchestra.local.threads.TorchThreadsError": ValueError,
+    "mas_orchestra.local.prefix_cache.PrefixCacheError": ValueError,
+    "mas_orchestra.local.precision.PrecisionError": ValueError,
+    "mas_orchestra.local.packed_weights.DecodeWeightsError": ValueError,
     "mas_orchestra.studio.common.StudioInputError": ValueError,
     "mas_orchestra.studio.common.RunFolderError": ValueError,
     "mas_orchestra.studio.security.BodyTooLargeError": ValueError,
@@ -178,7 +179,7 @@ def test_missing_extra_messages_carry_the_exact_command():
 def test_missing_extra_errors_survive_pickling():
     """Errors cross process boundaries (worker pools); the rebuilt error keeps message and fields."""
     from agents.search.contract import MissingSearchExtraError
-    from mas_orchestra.models.embedded import EMBEDDED_INSTALL_HINT, EmbeddedModelUnavailableError
+    from mas_orchestra.local.embedded import EMBEDDED_INSTALL_HINT, EmbeddedModelUnavailableError
 
     for err in (
         MissingExtraError("the Pareto plot", "eval", "matplotlib"),
@@ -192,7 +193,7 @@ def test_missing_extra_errors_survive_pickling():
 
 def test_search_and_embedded_errors_are_missing_extra_errors():
     from agents.search.contract import PIP_HINT, MissingSearchExtraError
-    from mas_orchestra.models.embedded import EMBEDDED_INSTALL_HINT, SMOLLM2_INSTALL_HINT, EmbeddedModelUnavailableError
+    from mas_orchestra.local.embedded import EMBEDDED_INSTALL_HINT, SMOLLM2_INSTALL_HINT, EmbeddedModelUnavailableError
 
     err = MissingSearchExtraError("the BM25 backend", "bm25s")
     assert isinstance(err, MissingExtraError)
@@ -208,7 +209,7 @@ def test_search_and_embedded_errors_are_missing_extra_errors():
 
 
 def test_xgrammar_missing_names_the_embedded_extra(monkeypatch):
-    from mas_orchestra.models.decoding import require_xgrammar
+    from mas_orchestra.local.decoding import require_xgrammar
 
     monkeypatch.setitem(sys.modules, "xgrammar", None)  # makes `import xgrammar` fail
     with pytest.raises(MissingExtraError) as err:

@@ -17,6 +17,7 @@ from pydantic import Field
 
 from mas_orchestra import OrchestraConfig, RunSettings
 from mas_orchestra.errors import ConstrainedDecodingError, GrammarError, SpecError
+from mas_orchestra.local.options import LocalEngineOptions
 from mas_orchestra.models.constraints import (
     OrchestrationConstraint,
     ReplyConstraint,
@@ -40,7 +41,7 @@ from mas_orchestra.testing import ScriptedChatModel
 xgr = pytest.importorskip("xgrammar")
 torch = pytest.importorskip("torch")
 
-from mas_orchestra.models.decoding import ConstrainedLogitsProcessor  # noqa: E402
+from mas_orchestra.local.decoding import ConstrainedLogitsProcessor  # noqa: E402
 
 REGISTRY = offered_registry()  # no search backend: the five blocks minus search
 SMALL = GrammarLimits(max_agents=4, thinking_chars=12, description_chars=6, input_chars=14, answer_chars=8,
@@ -317,7 +318,7 @@ _HAVE_EMBEDDED = all(importlib.util.find_spec(m) is not None for m in ("transfor
 def test_embedded_orchestrator_runs_a_valid_system_without_format_re_asks(dom: str) -> None:
     from mas_orchestra.models.hf_chat import load_embedded_chat_model
 
-    model = load_embedded_chat_model(max_new_tokens=96, torch_threads=1)
+    model = load_embedded_chat_model(max_new_tokens=96, engine=LocalEngineOptions(torch_threads=1))
     orchestra = Orchestra(model, model,
                           config=OrchestraConfig(dom=dom, orchestrator_max_tokens=160, orchestrator_temperature=0.7),
                           settings=RunSettings(max_retries=0))  # constrained by default for a local model
@@ -353,7 +354,7 @@ def test_the_default_budget_offers_agents(dom: str) -> None:
 
 def _decode_real_tokenizer(constraint, tokenizer, *, rows: int, max_new: int, seed: int):
     """Random logits over the embedded model's whole vocabulary (byte pieces, one-character tokens and all)."""
-    from mas_orchestra.models.decoding import grammar_compiler, stop_token_ids
+    from mas_orchestra.local.decoding import grammar_compiler, stop_token_ids
 
     stops = stop_token_ids(tokenizer.eos_token_id, tokenizer)
     compiler = grammar_compiler(tokenizer, len(tokenizer), stops)
@@ -385,7 +386,7 @@ def test_budgets_hold_with_the_real_tokenizer_for_any_sampler(dom, agents, budge
     keep every row inside the budget (before both rules, 4 of 24 low-DoM rows at 144 tokens ran out)."""
     from transformers import AutoTokenizer
 
-    from mas_orchestra.models.embedded import embedded_model_dir
+    from mas_orchestra.local.embedded import embedded_model_dir
 
     tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())
     registry = offered_registry(None, agents=agents)
@@ -402,8 +403,8 @@ def test_budgets_hold_with_the_real_tokenizer_for_any_sampler(dom, agents, budge
 def test_whole_character_mask_blocks_byte_pieces_only() -> None:
     from transformers import AutoTokenizer
 
-    from mas_orchestra.models.decoding import whole_character_mask
-    from mas_orchestra.models.embedded import embedded_model_dir
+    from mas_orchestra.local.decoding import whole_character_mask
+    from mas_orchestra.local.embedded import embedded_model_dir
 
     tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())
     words = -(-len(tokenizer) // 32)
@@ -427,7 +428,7 @@ def test_forcing_a_token_leaves_exactly_its_bit(token: int) -> None:
     """xgrammar's bitmask packs 32 tokens per int32 word; bit 31 is the sign bit."""
     import numpy as np
 
-    from mas_orchestra.models.decoding import _allow_only
+    from mas_orchestra.local.decoding import _allow_only
 
     row = torch.full((1536,), -1, dtype=torch.int32)
     _allow_only(row, token)

@@ -21,13 +21,14 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-from mas_orchestra.models import embedded, hf_chat
-from mas_orchestra.models.embedded import (
+from mas_orchestra.local import embedded
+from mas_orchestra.local.embedded import (
     EMBEDDED_INSTALL_HINT,
     SMOLLM2_INSTALL_HINT,
     EmbeddedModelUnavailableError,
     embedded_model_dir,
 )
+from mas_orchestra.local.options import LocalEngineOptions
 from mas_orchestra.models.hf_chat import HFChatModel, load_embedded_chat_model, load_hf_chat_model
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -60,7 +61,7 @@ def embedded_dir(embedded_cache: Path) -> Path:
 def greedy_chat(embedded_dir: Path) -> HFChatModel:
     # one torch thread: on a small CPU shared with other test runs, all-core OpenMP
     # generation can be 10x slower; the setting is scoped to this model's generations.
-    return load_embedded_chat_model(temperature=0.0, max_new_tokens=24, torch_threads=1)
+    return load_embedded_chat_model(temperature=0.0, max_new_tokens=24, engine=LocalEngineOptions(torch_threads=1))
 
 
 # ----------------------------------------------------------------------------- conversion
@@ -172,7 +173,8 @@ def test_stop_strings_truncate(greedy_chat: HFChatModel) -> None:
 
 @needs_embedded
 def test_weights_shared_and_seeded_sampling_reproducible(greedy_chat: HFChatModel) -> None:
-    others = [HFChatModel(model_path=greedy_chat.model_path, temperature=0.9, torch_threads=1) for _ in range(10)]
+    others = [HFChatModel(model_path=greedy_chat.model_path, temperature=0.9,
+                          engine=LocalEngineOptions(torch_threads=1)) for _ in range(10)]
     assert all(o._load() is greedy_chat._load() for o in others)
     import torch
 
@@ -285,9 +287,11 @@ def test_default_cache_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
 
 
 def test_truncate_at_stop() -> None:
-    assert hf_chat._truncate_at_stop("a b STOP c END", ["END", "STOP"]) == ("a b ", True)
-    assert hf_chat._truncate_at_stop("abc", ["x"]) == ("abc", False)
-    assert hf_chat._truncate_at_stop("abc", None) == ("abc", False)
+    from mas_orchestra.local.engine import truncate_at_stop
+
+    assert truncate_at_stop("a b STOP c END", ["END", "STOP"]) == ("a b ", True)
+    assert truncate_at_stop("abc", ["x"]) == ("abc", False)
+    assert truncate_at_stop("abc", ()) == ("abc", False)
 
 
 def test_import_does_not_load_torch_or_transformers() -> None:

@@ -11,8 +11,9 @@ import importlib.util
 
 import pytest
 
-from mas_orchestra.models import packed_weights
-from mas_orchestra.models.packed_weights import (
+from mas_orchestra.local import packed_weights
+from mas_orchestra.local.options import LocalEngineOptions
+from mas_orchestra.local.packed_weights import (
     DECODE_WEIGHTS_ENV_VAR,
     GROUP_SIZE,
     MAX_PACKED_ROWS,
@@ -179,7 +180,7 @@ def test_lora_adapters_stay_float32_beside_packed_base_layers(tiny, native_bf16)
 
 @needs_kernel
 def test_a_float32_request_is_never_batched_into_a_packed_pass(tiny, native_bf16) -> None:  # type: ignore[no-untyped-def]
-    from mas_orchestra.models.batching import GenerationBatcher, GenerationRequest
+    from mas_orchestra.local.batching import GenerationBatcher, GenerationRequest
 
     _, tokenizer, _ = tiny
     model = _four_bit_model(tiny)
@@ -240,7 +241,8 @@ def test_the_embedded_model_is_4_bit_and_decodes_packed(monkeypatch) -> None:  #
     from mas_orchestra.models.hf_chat import load_embedded_chat_model
 
     monkeypatch.delenv(DECODE_WEIGHTS_ENV_VAR, raising=False)
-    model = load_embedded_chat_model(temperature=0.0, max_new_tokens=24, torch_threads=1, decode_weights="int4")
+    model = load_embedded_chat_model(temperature=0.0, max_new_tokens=24,
+                                     engine=LocalEngineOptions(torch_threads=1, decode_weights="int4"))
     bundle = model._load()
     reply = model.invoke([("human", "What is the capital of France?")])
     report = bundle.model._mas_decode_pack

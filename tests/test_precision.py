@@ -10,8 +10,9 @@ import importlib.util
 
 import pytest
 
-from mas_orchestra.models import precision
-from mas_orchestra.models.precision import (
+from mas_orchestra.local import precision
+from mas_orchestra.local.options import LocalEngineOptions
+from mas_orchestra.local.precision import (
     MIN_BF16_PREFILL_TOKENS,
     PREFILL_DTYPE_ENV_VAR,
     PrecisionError,
@@ -64,7 +65,8 @@ def test_a_bf16_prefill_decodes_and_caches_in_float32(prefill_dtypes) -> None:  
     messages = [("system", long_system), ("human", "What is 6 times 7?")]
     replies = {}
     for name in ("float32", "bfloat16"):
-        model = load_embedded_chat_model(temperature=0.0, max_new_tokens=8, torch_threads=1, prefill_precision=name)
+        model = load_embedded_chat_model(temperature=0.0, max_new_tokens=8,
+                                         engine=LocalEngineOptions(torch_threads=1, prefill_precision=name))
         replies[name] = model.invoke(messages)
         bundle = model._load()
         assert bundle.prefix_cache is not None

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from mas_orchestra.models.prefix_cache import PrefixCache, PrefixCacheError
-from mas_orchestra.models.prefix_store import (
+from mas_orchestra.local.prefix_cache import PrefixCache, PrefixCacheError
+from mas_orchestra.local.prefix_store import (
     MIN_PERSISTED_TOKENS,
     PREFIX_STORE_DIR_ENV_VAR,
     PREFIX_STORE_MB_ENV_VAR,
@@ -81,7 +81,7 @@ def test_the_budget_evicts_the_oldest_and_bad_files_are_dropped(tmp_path, caplog
     two = small.save(torch.arange(N) + 1, _layers(N))
     assert two is not None and two.exists() and not one.exists()
     two.write_bytes(b"not a safetensors file")
-    with caplog.at_level("WARNING", logger="mas_orchestra.models.prefix_store"):
+    with caplog.at_level("WARNING", logger="mas_orchestra.local.prefix_store"):
         assert small.load_into(PrefixCache("model-a", 2**30)) == 0
     assert not two.exists() and "cannot read" in caplog.text
 
@@ -96,19 +96,22 @@ def test_bad_budget_setting_is_named(monkeypatch) -> None:  # type: ignore[no-un
 
 @pytest.mark.skipif(not _HAVE_EMBEDDED, reason="embedded model not installed (scripts/install.sh)")
 def test_a_reloaded_model_prefills_only_what_differs(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from mas_orchestra.models.hf_chat import clear_loaded_models, load_embedded_chat_model
+    from mas_orchestra.local.engine import clear_loaded_models
+    from mas_orchestra.local.options import LocalEngineOptions
+    from mas_orchestra.models.hf_chat import load_embedded_chat_model
     from mas_orchestra.prompts import orchestrator_prompt
 
     monkeypatch.setenv(PREFIX_STORE_DIR_ENV_VAR, str(tmp_path))
     monkeypatch.setenv(PREFIX_STORE_MB_ENV_VAR, "256")
     clear_loaded_models()
     try:
-        first = load_embedded_chat_model(temperature=0.0, max_new_tokens=1, torch_threads=1)
+        first = load_embedded_chat_model(temperature=0.0, max_new_tokens=1, engine=LocalEngineOptions(torch_threads=1))
         reply = first.invoke(orchestrator_prompt("What is 12 times 7?"))
         assert reply.response_metadata["cached_prompt_tokens"] == 0
         assert list(tmp_path.rglob("*.safetensors"))
         clear_loaded_models()  # what a new process starts from: nothing in memory
-        second = load_embedded_chat_model(temperature=0.0, max_new_tokens=1, torch_threads=1)
+        second = load_embedded_chat_model(temperature=0.0, max_new_tokens=1,
+                                          engine=LocalEngineOptions(torch_threads=1))
         again = second.invoke(orchestrator_prompt("What is 3 plus 4?"))
         assert again.response_metadata["cached_prompt_tokens"] > 0.8 * again.usage_metadata["input_tokens"]
     finally:

@@ -501,7 +501,7 @@ def _tiny_model(folder: Path) -> Path:
     """A 2-layer random Llama with the embedded model's tokenizer: the whole pipeline in seconds."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from mas_orchestra.models.embedded import embedded_model_dir
+    from mas_orchestra.local.embedded import embedded_model_dir
 
     src = embedded_model_dir()
     config = AutoConfig.from_pretrained(src)

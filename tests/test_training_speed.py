@@ -349,7 +349,7 @@ def test_entropy_outside_autograd_has_the_same_values(tiny) -> None:  # type: ig
 def test_checkpointing_every_n_layers_survives_trl_switching_it_off_and_on(tiny) -> None:  # type: ignore[no-untyped-def]
     from transformers.modeling_layers import GradientCheckpointingLayer
 
-    from training.trainer import checkpoint_every_n_layers
+    from training.hooks import checkpoint_every_n_layers
 
     ids, mask, _keep = _batch(tiny[1])
     results = {}
@@ -379,7 +379,7 @@ def test_rollouts_prefill_in_the_training_precision_on_the_calling_thread(tiny, 
                                                                           prefill_dtypes) -> None:
     import threading
 
-    from mas_orchestra.models.precision import MIN_BF16_PREFILL_TOKENS, PREFILL_DTYPE_ENV_VAR
+    from mas_orchestra.local.precision import MIN_BF16_PREFILL_TOKENS, PREFILL_DTYPE_ENV_VAR
     from training.rollouts import install_batched_rollouts
 
     tokenizer = tiny[1]

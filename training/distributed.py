@@ -105,7 +105,7 @@ def check_resume_world_size(checkpoint: str | Path, processes: int | None = None
 
 def tiny_random_model(cache_dir: str | Path | None = None) -> Path:
     """The ``tiny-random`` orchestrator folder (built on first use from the embedded model's config/tokenizer)."""
-    from mas_orchestra.models.embedded import default_cache_root, embedded_model_dir
+    from mas_orchestra.local.embedded import default_cache_root, embedded_model_dir
 
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
     target = root / _TINY_DIR

@@ -54,7 +54,7 @@ def resolve_orchestrator(model: str) -> str:
     """The path or model id GRPOTrainer loads: ``embedded`` → the cached SmolLM2 folder."""
     text = model.strip()
     if text.lower() == "embedded":
-        from mas_orchestra.models.embedded import embedded_model_dir
+        from mas_orchestra.local.embedded import embedded_model_dir
 
         return str(embedded_model_dir())
     if text.lower() == TINY_RANDOM:
@@ -229,18 +229,12 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     from mas_orchestra.bench.training_curve import compare_windows, curve_from_history
-    from mas_orchestra.models.precision import cpu_has_native_bf16
+    from mas_orchestra.local.precision import cpu_has_native_bf16
     from training.data import build_dataset, filter_long_prompts
+    from training.hooks import install_trainer_hooks
     from training.pools import pooled_subagents
     from training.rewards import make_outcome_reward, orchestra_registry
-    from training.trainer import (
-        CurvePlotter,
-        HeapTrimmer,
-        OrchestraGRPOTrainer,
-        StepTimer,
-        checkpoint_every_n_layers,
-        peak_rss_mb,
-    )
+    from training.trainer import CurvePlotter, HeapTrimmer, OrchestraGRPOTrainer, StepTimer, peak_rss_mb
 
     checkpoint = _checked_resume_checkpoint(cfg)
     cuda = torch.cuda.is_available()
@@ -275,13 +269,9 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
         target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM",
     )
-    if not cuda:
-        from mas_orchestra.models.batching import prefer_grouped_query_attention
-
-        prefer_grouped_query_attention("cpu")  # the packed training forward has a mask too
     timer = StepTimer()
     callbacks: list[Any] = [timer]
-    if cfg.release_memory and not cuda:
+    if cfg.release_memory and not cuda:  # before the model loads: its blocks too are returned when freed
         from training.allocator import release_freed_memory
 
         if release_freed_memory():
@@ -296,33 +286,12 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
     )
     if validation is not None:
         validation.attach(trainer)
-    if cfg.checkpoint_every_n_layers > 1:
-        checkpoint_every_n_layers(trainer.model, cfg.checkpoint_every_n_layers)
-    if cfg.profile_phases:
-        from training.profiling import profile_trainer
-
-        trainer.profiler = profile_trainer(trainer)
     if cfg.log_rollouts:
         trainer.rollout_log = Path(cfg.output_dir) / "rollouts.jsonl"
-    trainer.shared_prefix = _flag(cfg.shared_prefix, not cuda)
-    if _flag(cfg.batched_rollouts, not cuda) and not cfg.use_vllm:
-        from training.rollouts import install_batched_rollouts
-
-        # prompts prefilled in the precision the training forward scores them in (bf16 autocast or float32);
-        # under bf16 a 4-bit base model decodes on its packed int4 weights (bf16 activations)
-        low_precision = bool(args.bf16 and not cuda)
-        stats = install_batched_rollouts(trainer.model, tokenizer, constraint, merged_sampling=cfg.merged_sampling,
-                                         low_precision=low_precision)
-        trainer.decoding_stats = stats if constraint is not None else None
-    elif constraint is not None and not cfg.use_vllm:
-        from mas_orchestra.models.decoding import constrain_generate
-
-        trainer.decoding_stats = constrain_generate(trainer.model, tokenizer, constraint)
-    elif constraint is not None and validation is not None:
-        from mas_orchestra.models.decoding import constrain_generate
-
-        # vLLM samples the rollouts; validation samples with transformers, under the same grammar.
-        constrain_generate(trainer.model, tokenizer, constraint)
+    # every override of TRL's trainer, in one place; under bf16 autocast on a CPU rollouts prefill in bf16 and a
+    # 4-bit base model decodes on its packed int4 weights
+    install_trainer_hooks(trainer, tokenizer, constraint, cfg, cuda=cuda, low_precision=bool(args.bf16 and not cuda),
+                          validation=validation is not None)
     trainer.train(resume_from_checkpoint=checkpoint)
 
     out = Path(cfg.output_dir)

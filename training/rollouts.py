@@ -3,7 +3,7 @@
 TRL samples a step's completions with one ``model.generate`` call over a left-padded batch in which every
 prompt of a group appears ``num_generations`` times. :func:`install_batched_rollouts` replaces that call
 (on the transformers model inside the PEFT wrapper, the one TRL's ``generate`` reaches) with the
-:class:`~mas_orchestra.models.batching.GenerationBatcher` of the inference path:
+:class:`~mas_orchestra.local.batching.GenerationBatcher` of the inference path:
 
 * a group's prompt is prefilled once: the other rows of the group take its key/values from a prefix cache
   that lives for this one call (the policy changes at every optimizer step, so nothing is kept across calls
@@ -17,12 +17,12 @@ prompt of a group appears ``num_generations`` times. :func:`install_batched_roll
   tensors are put back untouched afterwards, so training continues on exactly the weights it had;
 * prompts are prefilled in the precision the training forward runs in (``prefill_precision``): float32 by
   default, ``bfloat16`` when the trainer scores them under bf16 autocast (``--bf16`` on a CPU with native bf16,
-  :mod:`mas_orchestra.models.precision`); ``MAS_PREFILL_DTYPE`` replaces that default, an explicit argument wins;
+  :mod:`mas_orchestra.local.precision`); ``MAS_PREFILL_DTYPE`` replaces that default, an explicit argument wins;
 * decode steps read float32 weights by default; with ``decode_weights="auto"`` (what ``--bf16`` on a CPU asks
   for) a 4-bit base model's frozen layers are read as int4 with bf16 activations
-  (:mod:`mas_orchestra.models.packed_weights`): the LoRA adapters then stay unmerged (a merged weight is no longer
+  (:mod:`mas_orchestra.local.packed_weights`): the LoRA adapters then stay unmerged (a merged weight is no longer
   4-bit) and run in float32 beside the packed base layer; ``MAS_DECODE_WEIGHTS`` replaces the default;
-* the rows decode on the calling thread (:meth:`~mas_orchestra.models.batching.GenerationBatcher.run`), the one
+* the rows decode on the calling thread (:meth:`~mas_orchestra.local.batching.GenerationBatcher.run`), the one
   that runs the training step: with torch's OpenMP backend a worker thread's decode passes were slower there
   (4 rows, 900-token context: 118 ms against 142–157 ms per pass, ``benchmarks/decode_thread.py``);
 * under the orchestration grammar each row has its own matcher, and text the grammar forces is appended in
@@ -50,27 +50,27 @@ from typing import Any
 
 import torch
 
-from mas_orchestra.models.batching import GenerationBatcher, GenerationRequest
-from mas_orchestra.models.decoding import (
+from mas_orchestra.local.batching import GenerationBatcher, GenerationRequest
+from mas_orchestra.local.decoding import (
     ConstrainedLogitsProcessor,
     DecodingStats,
     grammar_compiler,
     stop_token_ids,
 )
-from mas_orchestra.models.packed_weights import (
+from mas_orchestra.local.packed_weights import (
     DECODE_WEIGHTS,
     DECODE_WEIGHTS_ENV_VAR,
     DecodeWeightsError,
     decode_packed,
 )
-from mas_orchestra.models.precision import (
+from mas_orchestra.local.precision import (
     PREFILL_DTYPE_ENV_VAR,
     PREFILL_PRECISIONS,
     PrecisionError,
     read_setting,
     resolve_prefill_dtype,
 )
-from mas_orchestra.models.prefix_cache import PrefixCache
+from mas_orchestra.local.prefix_cache import PrefixCache
 from training.allocator import reuse_freed_memory
 
 __all__ = ["BATCHABLE_SETTINGS", "install_batched_rollouts", "sampling_policy"]
@@ -123,14 +123,14 @@ def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None,
     through the batched decoder.
 
     With a ``constraint`` each row decodes under its grammar (the staged, budget-fitted decoding of
-    :class:`~mas_orchestra.models.decoding.ConstrainedLogitsProcessor`). ``merged_sampling`` samples under
+    :class:`~mas_orchestra.local.decoding.ConstrainedLogitsProcessor`). ``merged_sampling`` samples under
     :func:`sampling_policy` (eval mode, merged LoRA weights); False leaves the model as the caller has it.
     ``prefill_precision`` (``float32`` | ``bfloat16`` | ``auto``) is the precision prompts are prefilled in: the
     training forward's. ``decode_weights`` (``float32`` | ``auto`` | ``int4``) picks the weights decode steps read.
     Each is, in order: the argument, else ``MAS_PREFILL_DTYPE`` / ``MAS_DECODE_WEIGHTS`` (read now), else the
     trainer's default: ``bfloat16`` / ``auto`` when ``low_precision`` (the training forward runs under bf16
     autocast on a CPU), ``float32`` / ``float32`` otherwise.
-    Returns the running :class:`~mas_orchestra.models.decoding.DecodingStats` of all calls (zeros without a
+    Returns the running :class:`~mas_orchestra.local.decoding.DecodingStats` of all calls (zeros without a
     constraint).
 
     Raises:

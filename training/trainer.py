@@ -33,27 +33,9 @@ from mas_orchestra.bench.training_curve import (
 from mas_orchestra.errors import MissingExtraError
 from training.records import RolloutRecord, summarize
 
-__all__ = ["CurvePlotter", "HeapTrimmer", "OrchestraGRPOTrainer", "StepTimer", "checkpoint_every_n_layers",
-           "peak_rss_mb"]
+__all__ = ["CurvePlotter", "HeapTrimmer", "OrchestraGRPOTrainer", "StepTimer", "peak_rss_mb"]
 
 log = logging.getLogger("training.trainer")
-
-
-def checkpoint_every_n_layers(model: Any, every_n_layers: int) -> None:
-    """Make every later activation-checkpointing switch of ``model`` checkpoint only every n-th decoder layer.
-
-    transformers takes ``every_n_layers`` when the Trainer enables checkpointing, but TRL turns checkpointing off
-    around each generation and back on with the checkpoint function's own keyword arguments only, which would
-    checkpoint every layer again from the second step on; so the choice is fixed on the model instead.
-    """
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    set_layers = inner._set_gradient_checkpointing
-
-    def set_gradient_checkpointing(enable: bool = True, *args: Any, **kwargs: Any) -> Any:
-        kwargs["every_n_layers"] = every_n_layers
-        return set_layers(enable, *args, **kwargs)
-
-    inner._set_gradient_checkpointing = set_gradient_checkpointing
 
 
 def peak_rss_mb() -> float:
@@ -65,15 +47,14 @@ class OrchestraGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` + the outcome-reward metrics in every log entry.
 
     ``decoding_stats`` (set when rollouts are decoded under a grammar, see
-    :func:`mas_orchestra.models.decoding.constrain_generate`) adds ``constrained/*`` counters to the logs.
+    :mod:`training.hooks`) adds ``constrained/*`` counters to the logs. The overrides of TRL's private methods
+    are installed on the instance by :func:`training.hooks.install_trainer_hooks`, not defined here.
     """
 
     decoding_stats: Any = None
     #: Where every rollout (step, question, completion, status, reward, error) is appended as one JSON line;
     #: None = not kept. After a resume the steps past the checkpoint appear again: readers keep the last.
     rollout_log: Path | None = None
-    #: Run a group's shared prompt once in the policy's forward (training/shared_prefix.py) where that is exact.
-    shared_prefix: bool = False
     #: A :class:`training.profiling.PhaseProfiler` whose per-phase time and peak RSS join every training log.
     profiler: Any = None
 
@@ -82,7 +63,6 @@ class OrchestraGRPOTrainer(GRPOTrainer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._shared_prefix_warned: set[str] = set()
         self._zero_reward_steps: list[int] = []
 
     @property
@@ -142,47 +122,6 @@ class OrchestraGRPOTrainer(GRPOTrainer):
                 "prompt (num_generations), a sampling temperature that explores, or a longer max_completion_length",
                 self._zero_reward_steps[0], step, ", ".join(statuses),
             )
-
-    def _get_per_token_logps_and_entropies(self, model: Any, input_ids: Any, attention_mask: Any,
-                                           logits_to_keep: int, batch_size: int | None = None,
-                                           compute_entropy: bool = False, compute_aux_loss: bool = False,
-                                           **multimodal: Any) -> Any:
-        """TRL's per-token log-probabilities, with each group's prompt run once where that is exact."""
-        reason = self._shared_prefix_refusal(model, compute_aux_loss, multimodal)
-        if reason is None:
-            from training.shared_prefix import MAX_PACKED_TOKENS
-
-            packed = int(input_ids.size(1)) + (int(input_ids.size(0)) - 1) * logits_to_keep  # an upper bound
-            if packed > MAX_PACKED_TOKENS:
-                reason = (f"a packed micro-batch of up to {packed} tokens exceeds {MAX_PACKED_TOKENS} (its dense "
-                          "attention mask grows with the square)")
-        if reason is not None:
-            if self.shared_prefix and reason not in self._shared_prefix_warned:
-                self._shared_prefix_warned.add(reason)
-                log.warning("shared-prefix forward off: %s; every row runs its whole prompt", reason)
-            return super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
-                compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **multimodal)
-        from training.shared_prefix import shared_prefix_logps
-
-        with self.accelerator.autocast():
-            # TRL's entropy is a metric and a token mask unless an entropy bonus puts it into the loss
-            logps, entropies = shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep,
-                                                   self.temperature, compute_entropy,
-                                                   entropy_grad=getattr(self, "_entropy_bonus_enabled", True))
-        return logps, entropies, None
-
-    def _shared_prefix_refusal(self, model: Any, compute_aux_loss: bool, multimodal: dict[str, Any]) -> str | None:
-        """Why the shared-prefix forward does not apply to this call (None: it does)."""
-        if not self.shared_prefix:
-            return "disabled"
-        if compute_aux_loss:
-            return "a mixture-of-experts auxiliary loss is requested"
-        if any(value is not None for value in multimodal.values()):
-            return "multimodal inputs"
-        from training.shared_prefix import shared_prefix_supported
-
-        return shared_prefix_supported(model)
 
     def _append_rollouts(self, records: list[RolloutRecord], ranks: list[int]) -> None:
         """Rank 0 appends the gathered rollouts of every rank (``rank``: which process executed it)."""

@@ -1,11 +1,9 @@
-"""Models: model strings → LangChain chat models, the local chat model, and constrained decoding.
+"""Models: model strings → LangChain chat models, the local chat model, and output constraints.
 
 - :mod:`~mas_orchestra.models.resolve`: model strings (``embedded``, ``hf:``, ``openai:``, ``vllm:`` …) and the
   retry policy for transient errors;
-- :mod:`~mas_orchestra.models.hf_chat` / :mod:`~mas_orchestra.models.embedded`: the local transformers chat
-  model and the embedded SmolLM2 (GGUF → safetensors conversion);
-- :mod:`~mas_orchestra.models.constraints` / :mod:`~mas_orchestra.models.decoding`: how each backend is told
-  to decode under the spec's grammars, and the xgrammar logits processor of local decoding.
+- :mod:`~mas_orchestra.models.hf_chat`: the LangChain chat model over the local engine (:mod:`mas_orchestra.local`);
+- :mod:`~mas_orchestra.models.constraints`: how each backend is told to decode under the spec's grammars.
 
 Importing this package loads no torch or transformers (the local model loads them when it is built).
 """

@@ -17,7 +17,7 @@ Prefills (whose key/values the prefix cache keeps) and training forwards always 
 
 The weights are the model's own; what changes is the arithmetic: activations, scales and the head are rounded
 to bf16 (about three significant digits), so greedy text can differ from float32 after some tokens, as with
-the bf16 prefill of :mod:`mas_orchestra.models.precision`.
+the bf16 prefill of :mod:`mas_orchestra.local.precision`.
 
 The choice, per request: ``HFChatModel(decode_weights=...)``, else ``MAS_DECODE_WEIGHTS``, else ``auto``.
 
@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mas_orchestra.errors import MasOrchestraError
-from mas_orchestra.models.precision import cpu_has_native_bf16, read_setting
+from mas_orchestra.local.precision import cpu_has_native_bf16, read_setting
 
 __all__ = [
     "DECODE_WEIGHTS",

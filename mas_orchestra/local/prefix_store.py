@@ -3,7 +3,7 @@
 Every ``mas-orchestra run`` or ``eval`` starts a process whose first orchestrator call prefills the same
 ~1,150-token instructions (about 5 s on two CPU cores). :class:`PrefixStore` keeps the key/values of long
 prompts (at least :data:`MIN_PERSISTED_TOKENS` tokens) as safetensors files, one folder per model identity, and
-loads them into a model's in-memory :class:`~mas_orchestra.models.prefix_cache.PrefixCache` when the model is
+loads them into a model's in-memory :class:`~mas_orchestra.local.prefix_cache.PrefixCache` when the model is
 loaded; a later prompt then prefills only what differs (the question).
 
 * **Identity.** The folder is named by a hash of the in-memory identity (path, device, dtype, tokenizer) plus a
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from mas_orchestra import environment
-from mas_orchestra.models.prefix_cache import budget_bytes
+from mas_orchestra.local.prefix_cache import budget_bytes
 
 __all__ = [
     "MIN_PERSISTED_TOKENS",

@@ -3,7 +3,7 @@
 One :class:`GenerationBatcher` per loaded model runs a worker thread. Requests (a prompt's token ids plus their
 sampling settings, stop strings and an optional grammar processor) are queued; at every decode step the worker
 admits what arrived — each new request is prefilled on its own (reusing a cached prompt prefix, see
-:mod:`mas_orchestra.models.prefix_cache`) and its key/values joined to the running batch, left-padded — then runs
+:mod:`mas_orchestra.local.prefix_cache`) and its key/values joined to the running batch, left-padded — then runs
 one forward pass for all rows. Rows leave the batch as soon as they finish (end of text, stop string, token
 budget, grammar end), are cancelled (their future was cancelled, e.g. a time-out) or fail (their grammar allowed
 no token): a row's failure is its own, the others go on.
@@ -11,7 +11,7 @@ no token): a row's failure is its own, the others go on.
 Each row keeps its own sampling state: temperature, top-p, a ``torch.Generator`` seeded with the request's seed
 (so a seeded request samples the same tokens whatever else shares its batch) and its own grammar processor.
 Text the grammar forces is appended in the same forward pass (jump-forward decoding, see
-:meth:`~mas_orchestra.models.decoding.ConstrainedLogitsProcessor.jump_forward`).
+:meth:`~mas_orchestra.local.decoding.ConstrainedLogitsProcessor.jump_forward`).
 
 Why not transformers' continuous batching (``generate_batch``): its logits processors are per-batch tensors
 keyed by a fixed set of supported kinds; a stateful per-row grammar matcher that needs the row's token history,
@@ -34,9 +34,9 @@ from typing import Any
 
 from mas_orchestra import environment
 from mas_orchestra.errors import GrammarError, MasOrchestraError
-from mas_orchestra.models.packed_weights import packed_decoding
-from mas_orchestra.models.precision import MIN_BF16_PREFILL_TOKENS, cast_cache, prefill_autocast
-from mas_orchestra.models.threads import torch_threads
+from mas_orchestra.local.packed_weights import packed_decoding
+from mas_orchestra.local.precision import MIN_BF16_PREFILL_TOKENS, cast_cache, prefill_autocast
+from mas_orchestra.local.threads import torch_threads
 
 __all__ = [
     "FORCE_GQA_ENV_VAR",
@@ -44,6 +44,7 @@ __all__ = [
     "GenerationBatcher",
     "GenerationRequest",
     "GenerationResult",
+    "UnsupportedCacheError",
     "prefer_grouped_query_attention",
     "supports_batching",
 ]
@@ -56,6 +57,10 @@ DEFAULT_MAX_BATCH = 16
 
 class BatchingError(MasOrchestraError, RuntimeError):
     """A batched forward pass failed; every request in that batch gets this error (with the cause chained)."""
+
+
+class UnsupportedCacheError(MasOrchestraError, ValueError):
+    """The model's cache has layers the batched decoder cannot decode (see :func:`supports_batching`)."""
 
 
 @dataclass
@@ -71,8 +76,8 @@ class GenerationRequest:
     processor: Any = None  # a ConstrainedLogitsProcessor, used for this request only
     use_prefix_cache: bool = True
     jump_forward: bool = True  # append grammar-forced runs in one forward pass
-    prefill_dtype: Any = None  # e.g. torch.bfloat16: prefill under autocast (mas_orchestra.models.precision)
-    packed: bool = False  # decode on packed weights (mas_orchestra.models.packed_weights.decode_packed said so)
+    prefill_dtype: Any = None  # e.g. torch.bfloat16: prefill under autocast (mas_orchestra.local.precision)
+    packed: bool = False  # decode on packed weights (mas_orchestra.local.packed_weights.decode_packed said so)
     threads: int | None = None
     future: Future[GenerationResult] = field(default_factory=Future)
 
@@ -130,12 +135,13 @@ def prefer_grouped_query_attention(device: str) -> None:
 
 
 def supports_batching(cache: Any) -> bool:
-    """True when every layer of a transformers cache is a plain growing key/value layer (no sliding window,
-    no quantised or offloaded layers): the only kind the batcher knows how to pad, join and cut."""
-    from transformers.cache_utils import DynamicLayer
+    """True when every layer of ``DynamicCache(config=model.config)`` is a full or sliding-window key/value layer:
+    the batcher decodes such a model on plain full-length layers, which it pads, joins and cuts (the model's mask
+    keeps a sliding window, so the tokens are ``generate``'s); not linear-attention, state-space, quantised layers."""
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
     layers = getattr(cache, "layers", None) or []
-    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+    return bool(layers) and all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer) for layer in layers)
 
 
 class GenerationBatcher:

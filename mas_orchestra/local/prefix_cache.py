@@ -153,7 +153,7 @@ class PrefixCache:
               persist: bool = True) -> bool:
         """Keep the key/values of ``tokens`` (skipped when short, too large or already covered).
 
-        With a :attr:`persister` (a :class:`~mas_orchestra.models.prefix_store.PrefixStore`) a kept prompt is
+        With a :attr:`persister` (a :class:`~mas_orchestra.local.prefix_store.PrefixStore`) a kept prompt is
         also written to disk when ``persist`` and less than half of it came from the cache (``reused`` tokens).
 
         Args:

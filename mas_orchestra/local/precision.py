@@ -4,7 +4,7 @@ A prompt's prefill is a large matrix multiply per layer; on a CPU with native bf
 AMX) it runs faster in bf16 than in float32, while one-token decode steps, which are bound by reading the
 weights, do not gain under autocast, which casts the weights at every step (measured side by side by
 ``benchmarks/batched_generation.py --parts precision``; a 4-bit model's decode steps gain from reading its
-weights packed instead, :mod:`mas_orchestra.models.packed_weights`). So a
+weights packed instead, :mod:`mas_orchestra.local.packed_weights`). So a
 float32 model prefills long prompts under ``torch.autocast(bfloat16)`` and decodes in float32: the key/values
 the prefill wrote are cast back to float32 before decoding (and before the prefix cache keeps them).
 
