@@ -26,12 +26,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from mas_orchestra.config import OrchestraConfig
 from mas_orchestra.errors import SpecError
 from mas_orchestra.local.options import LocalEngineOptions
 from mas_orchestra.models.constraints import OrchestrationConstraint
 from mas_orchestra.models.hf_chat import load_embedded_chat_model
 from mas_orchestra.registry import offered_registry
 from mas_orchestra.runtime import Orchestra
+from mas_orchestra.settings import RunSettings
 from mas_orchestra.spec import parse_orchestration
 from mas_orchestra.spec.grammar import GrammarLimits, agent_stage_grammar, edge_grammar, thinking_grammar
 
@@ -83,8 +85,11 @@ def compile_times(caps: list[int]) -> list[dict[str, Any]]:
 async def orchestrate_both(questions: list[tuple[str, str]], doms: list[str], threads: int | None) -> dict[str, Any]:
     model = load_embedded_chat_model(engine=LocalEngineOptions(torch_threads=threads))
     registry = offered_registry()
-    free = {dom: Orchestra(model, model, dom, constrained=False, max_retries=0) for dom in doms}
-    tied = {dom: Orchestra(model, model, dom, constrained=True, max_retries=0) for dom in doms}
+    once = RunSettings(max_retries=0)
+    free = {dom: Orchestra(model, model, config=OrchestraConfig(dom=dom, constrained=False), settings=once)
+            for dom in doms}
+    tied = {dom: Orchestra(model, model, config=OrchestraConfig(dom=dom, constrained=True), settings=once)
+            for dom in doms}
     results: dict[tuple[str, str, str], list[bool]] = {}
     speed: dict[str, list[tuple[int, float]]] = {"unconstrained": [], "constrained": []}
     mask_s = 0.0

@@ -41,7 +41,7 @@ def _models() -> tuple[ScriptedChatModel, ScriptedChatModel]:
 
 async def _direct(rows: list[dict[str, str]], concurrency: int) -> float:
     orch, sub = _models()
-    orchestra = Orchestra(orch, sub, "high")
+    orchestra = Orchestra(orch, sub)
     sem = asyncio.Semaphore(concurrency)
 
     async def one(question: str) -> None:

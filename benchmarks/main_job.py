@@ -86,11 +86,11 @@ def run_job(question: str, seed: int) -> tuple[float, list[dict[str, Any]], Any]
 
     from mas_orchestra.offers import subagent_from_args
     from mas_orchestra.runtime.orchestra import Orchestra
+    from mas_orchestra.settings import RunSettings
 
     random.seed(seed)
     torch.manual_seed(seed)
-    orchestra = Orchestra(orchestrator="embedded", subagent=subagent_from_args(None), max_retries=3,
-                          max_concurrency=32)
+    orchestra = Orchestra("embedded", subagent_from_args(None), settings=RunSettings())
     recorder = CallRecorder()
     started = time.perf_counter()
     outcome = orchestra.run(question, callbacks=[recorder])

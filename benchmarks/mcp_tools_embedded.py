@@ -53,10 +53,13 @@ def _summary(name: str, results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def _condition(name: str, rows: list[dict[str, Any]], model: Any, mcp: Any, args: argparse.Namespace) -> dict:
+    from mas_orchestra.config import OrchestraConfig
     from mas_orchestra.runtime import Orchestra
+    from mas_orchestra.settings import RunSettings
 
-    orchestra = Orchestra(model, model, dom=args.dom, mcp=mcp, timeout=args.timeout, call_timeout=args.call_timeout,
-                          orchestrator_max_tokens=args.orchestrator_tokens)
+    config = OrchestraConfig(dom=args.dom, orchestrator_max_tokens=args.orchestrator_tokens)
+    settings = RunSettings(timeout=args.timeout, call_timeout=args.call_timeout)
+    orchestra = Orchestra(model, model, config=config, settings=settings, mcp=mcp)
     results = []
     for row in rows:
         started = time.perf_counter()

@@ -34,6 +34,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
+from mas_orchestra.settings import RunSettings
 from mas_orchestra.spec import spec_from_data
 from mas_orchestra.testing import ScriptedChatModel, cot_reply
 from training.rewards import make_outcome_reward
@@ -57,7 +58,7 @@ def _rss_mb() -> float:
 
 def score(n: int, latency: float, concurrency: int, trace_memory: bool = False) -> dict[str, float]:
     model = ScriptedChatModel(replies=[cot_reply("4")], delay=latency)
-    reward = make_outcome_reward(subagent=model, max_concurrency=concurrency, timeout=600.0)
+    reward = make_outcome_reward(subagent=model, concurrency=concurrency, settings=RunSettings(timeout=600.0))
     prompts = [[{"role": "user", "content": "# Task\nWhat is 2 + 2?"}]] * n
     kwargs = {"prompts": prompts, "completions": [GRAPH] * n, "answer": [["4"]] * n,
               "question": ["What is 2 + 2?"] * n}

@@ -1,8 +1,10 @@
 """Graph factories exposed by ``langgraph.json``: baselines and the diamond example.
 
-Each is a factory of the run's config (the LangGraph server calls it per run): the sub-agent model is
-``configurable["subagent"]``, else ``$MAS_SUBAGENT``, else ``embedded``. Compiled graphs are cached per
-model string, so a server does not rebuild (or reload a local model) for every request.
+Each is a factory of the run's config (the LangGraph server calls it per run, with the run's context mirrored
+into ``configurable``): the sub-agent model is the run's ``subagent`` (checked as the end-to-end graph checks it,
+:func:`graphs.end_to_end.checked_model`), else ``$MAS_SUBAGENT``, else ``embedded``. A baseline runs one block
+with no orchestrator, so it needs no :class:`~mas_orchestra.config.OrchestraConfig`. Compiled graphs are cached
+per model string, so a server does not rebuild (or reload a local model) for every request.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
 from graphs.baselines import baseline_graph
-from graphs.end_to_end import model_from_config
+from graphs.end_to_end import checked_model
 from graphs.examples import example_spec
 from mas_orchestra.compile import compile_spec
 
@@ -31,14 +33,15 @@ def _diamond(model: str) -> CompiledStateGraph:
 
 
 def _model(config: RunnableConfig | None) -> str:
-    return model_from_config(config, "subagent", "MAS_SUBAGENT")
+    configurable = (config or {}).get("configurable") or {}
+    return checked_model(configurable.get("subagent"), "subagent", "MAS_SUBAGENT")
 
 
 def cot(config: RunnableConfig) -> CompiledStateGraph:
     """Chain-of-thought baseline on the run's sub-agent model.
 
     Args:
-        config: The run's config; ``configurable["subagent"]`` (else ``$MAS_SUBAGENT``) names the model.
+        config: The run's config; its ``subagent`` (else ``$MAS_SUBAGENT``) names the model.
 
     Returns:
         The compiled graph.
@@ -50,7 +53,7 @@ def sc(config: RunnableConfig) -> CompiledStateGraph:
     """Self-consistency baseline on the run's sub-agent model.
 
     Args:
-        config: The run's config; ``configurable["subagent"]`` (else ``$MAS_SUBAGENT``) names the model.
+        config: The run's config; its ``subagent`` (else ``$MAS_SUBAGENT``) names the model.
 
     Returns:
         The compiled graph.
@@ -62,7 +65,7 @@ def reflexion(config: RunnableConfig) -> CompiledStateGraph:
     """Reflexion baseline on the run's sub-agent model.
 
     Args:
-        config: The run's config; ``configurable["subagent"]`` (else ``$MAS_SUBAGENT``) names the model.
+        config: The run's config; its ``subagent`` (else ``$MAS_SUBAGENT``) names the model.
 
     Returns:
         The compiled graph.
@@ -74,7 +77,7 @@ def debate(config: RunnableConfig) -> CompiledStateGraph:
     """Debate baseline on the run's sub-agent model.
 
     Args:
-        config: The run's config; ``configurable["subagent"]`` (else ``$MAS_SUBAGENT``) names the model.
+        config: The run's config; its ``subagent`` (else ``$MAS_SUBAGENT``) names the model.
 
     Returns:
         The compiled graph.
@@ -86,7 +89,7 @@ def diamond(config: RunnableConfig) -> CompiledStateGraph:
     """The diamond example spec on the run's sub-agent model.
 
     Args:
-        config: The run's config; ``configurable["subagent"]`` (else ``$MAS_SUBAGENT``) names the model.
+        config: The run's config; its ``subagent`` (else ``$MAS_SUBAGENT``) names the model.
 
     Returns:
         The compiled graph.

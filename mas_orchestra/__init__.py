@@ -12,6 +12,7 @@ from agents.lazy import lazy_exports  # noqa: E402
 
 if TYPE_CHECKING:
     from mas_orchestra.compile import compile_spec
+    from mas_orchestra.config import OrchestraConfig
     from mas_orchestra.errors import (
         CompileError,
         ConstrainedDecodingError,
@@ -38,6 +39,7 @@ __all__ = [
     "MasOrchestraError",
     "MissingExtraError",
     "Orchestra",
+    "OrchestraConfig",
     "Outcome",
     "RunSettings",
     "SpecError",
@@ -53,6 +55,7 @@ __all__ = [
 # which ``mas-orchestra --help`` (``import mas_orchestra.cli``) does not need.
 __getattr__, __dir__ = lazy_exports(__name__, {
     "mas_orchestra.compile": ["compile_spec"],
+    "mas_orchestra.config": ["OrchestraConfig"],
     "mas_orchestra.errors": ["CompileError", "ConstrainedDecodingError", "GrammarError", "MasOrchestraError",
                              "MissingExtraError", "SpecError"],
     "mas_orchestra.registry": ["AgentRegistry", "default_registry", "register_agent"],

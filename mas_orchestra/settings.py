@@ -2,7 +2,7 @@
 
 ``RunSettings`` is to a multi-agent run what LangGraph's ``RetryPolicy`` is to a node: built (and checked)
 where the caller states it — :class:`~mas_orchestra.runtime.Orchestra`, :func:`~mas_orchestra.runtime.execute_spec`,
-an eval, the training reward, the served graph's ``configurable`` — and handed on unchanged to
+an eval, the training reward, the served graph's context — and handed on unchanged to
 :func:`~mas_orchestra.compile.compile_spec` and the sub-agent calls.
 """
 
@@ -20,7 +20,7 @@ class RunSettings(BaseModel):
 
     Frozen; an invalid value raises ``pydantic.ValidationError`` (a ``ValueError``) naming the field.
     ``Orchestra``, ``execute_spec``, ``compile_spec``, ``aevaluate``, the training reward and the served graph's
-    ``configurable`` all take it.
+    context all take it. How the orchestrator plans is :class:`~mas_orchestra.config.OrchestraConfig`.
 
     Attributes:
         timeout: Seconds a whole run (orchestration and execution) may take (``None``: no bound).
@@ -29,6 +29,10 @@ class RunSettings(BaseModel):
             exponential backoff and jitter.
         retry_initial_delay: Seconds before the first retry.
         max_concurrency: Model calls in flight in one run (``None``: no bound).
+        requests_per_second: Rate limit of API models given as model strings (LangChain's
+            ``InMemoryRateLimiter``; ``None``: none).
+        grade_timeout: Seconds Math-Verify may spend grading one answer, in an eval and in the training reward
+            (a check that runs out of time grades False).
 
     Example:
         ```python
@@ -45,6 +49,10 @@ class RunSettings(BaseModel):
     max_retries: int = Field(default=3, ge=0, description="Retries of a transient model error.")
     retry_initial_delay: float = Field(default=1.0, ge=0, description="First backoff delay of a retry, seconds.")
     max_concurrency: int | None = Field(default=32, ge=1, description="Model calls in flight in a run (None: none).")
+    requests_per_second: float | None = Field(
+        default=None, gt=0, description="Rate limit of API models given as strings (None: none).")
+    grade_timeout: float = Field(
+        default=10.0, gt=0, description="Seconds Math-Verify may spend grading one answer (evals, training reward).")
 
     def merged(self, **overrides: Any) -> RunSettings:
         """These settings with the ``overrides`` that are not ``None``, validated again.
@@ -65,8 +73,8 @@ class RunSettings(BaseModel):
     def of(cls, settings: RunSettings | None = None, **overrides: Any) -> RunSettings:
         """``settings`` (default: the defaults) with the keyword arguments a caller gave (``None`` = not given).
 
-        What the entry points that still take the separate keywords (``Orchestra(timeout=…)``,
-        ``execute_spec(max_retries=…)``) build their settings with.
+        What the entry points that still take the separate keywords (``execute_spec(max_retries=…)``) build
+        their settings with.
 
         Args:
             settings: The base settings (default: the defaults).

@@ -21,11 +21,12 @@ _INVALID = "<agent><agent_id>A</agent_id><agent_name>OracleAgent</agent_name></a
 
 async def make_eval_folder(path: Path) -> Path:
     """An eval output folder with ok (right and wrong), exec_error and invalid_spec records."""
+    from mas_orchestra import RunSettings
     from mas_orchestra.bench.evaluation import aevaluate
 
     rows = em.make_rows(["", "wrong", "", "boom", "invalid", ""])
     await aevaluate(rows, orchestrator=em.orchestrator(), subagent=em.subagent(), out_dir=path, grader="exact",
-                    progress=False, max_retries=0)
+                    progress=False, settings=RunSettings(max_retries=0))
     return path
 
 

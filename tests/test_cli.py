@@ -77,7 +77,7 @@ def test_eval_max_tokens_reaches_the_orchestrator_and_is_part_of_the_run_identit
 
     class Recording(runtime.Orchestra):
         def __init__(self, *args, **kwargs):
-            seen.append(kwargs.get("orchestrator_max_tokens"))
+            seen.append(kwargs["config"].orchestrator_max_tokens)
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(runtime, "Orchestra", Recording)

@@ -203,12 +203,19 @@ def test_library_switches_never_override_the_user(monkeypatch: pytest.MonkeyPatc
 
 
 def test_served_graph_reads_the_environment_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
-    from graphs.end_to_end import approval_from_config, model_from_config
+    from graphs.end_to_end import ServedContext, approval_from_context, checked_model, orchestra_from_context
+    from mas_orchestra import OrchestraConfig
 
     monkeypatch.setenv("MAS_SUBAGENT", "scripted:x")
-    assert model_from_config(None, "subagent", "MAS_SUBAGENT") == "scripted:x"
+    assert checked_model(None, "subagent", "MAS_SUBAGENT") == "scripted:x"
     monkeypatch.delenv("MAS_SUBAGENT")
-    assert model_from_config(None, "subagent", "MAS_SUBAGENT") == "embedded"
+    assert checked_model(None, "subagent", "MAS_SUBAGENT") == "embedded"
     monkeypatch.setenv("MAS_APPROVAL", "1")
-    assert approval_from_config(None) is True
-    assert approval_from_config({"configurable": {"interrupt_before_execute": False}}) is False
+    assert approval_from_context(None) is True
+    assert approval_from_context(ServedContext(config=OrchestraConfig(interrupt_before_execute=False))) is False
+    assert approval_from_context(ServedContext(config=OrchestraConfig(dom="low"))) is True  # not set: from env
+    # The DoM not set in the context comes from $MAS_DOM; one the context sets wins.
+    monkeypatch.setenv("MAS_DOM", "low")
+    context = ServedContext(orchestrator="scripted:1", subagent="scripted:1")
+    assert orchestra_from_context(context).dom == "low"
+    assert orchestra_from_context(context.model_copy(update={"config": OrchestraConfig(dom="high")})).dom == "high"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from mas_orchestra import OrchestraConfig, RunSettings
 from mas_orchestra.bench import evaluation as ev
 from mas_orchestra.bench.evaluation import plots, runner, storage
 from mas_orchestra.cli import main as cli_main
@@ -120,7 +121,8 @@ async def test_exec_errors_and_timeouts_are_outcomes_with_a_valid_spec(tmp_path)
     assert boom["status"] == "exec_error" and boom["valid"] and boom["error"] and not boom["correct"]
 
     slow = em.subagent(delay=1.0)
-    summary, _, _ = await _orchestra_eval(em.make_rows(["", ""]), tmp_path / "b", sub=slow, timeout=0.2)
+    summary, _, _ = await _orchestra_eval(em.make_rows(["", ""]), tmp_path / "b", sub=slow,
+                                          settings=RunSettings(timeout=0.2))
     assert summary["status_counts"]["timeout"] == 2 and summary["valid_rate"] == 1.0 and summary["avg_at_k"] == 0.0
 
 
@@ -189,7 +191,7 @@ async def test_config_mismatch_is_refused_unless_forced(tmp_path):
     with pytest.raises(ev.ConfigMismatchError, match="grader"):
         await _orchestra_eval(rows, out, grader="f1")
     with pytest.raises(ev.ConfigMismatchError, match="dom"):
-        await _orchestra_eval(rows, out, grader="exact", dom="low")
+        await _orchestra_eval(rows, out, grader="exact", config=OrchestraConfig(dom="low"))
     summary, orch, _ = await _orchestra_eval(rows, out, grader="f1", force=True)
     assert orch.calls == 0 and summary["grader"] == "f1" and summary["runs"] == 2
 
@@ -280,7 +282,7 @@ async def test_grading_errors_are_recorded_never_raised(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "_GRADE_SLACK_S", 0.0)
     slow_judge = ScriptedChatModel(replies=["yes"], delay=2.0)
     summary, _, _ = await _orchestra_eval(rows, tmp_path / "slow", grader="judge", judge=slow_judge,
-                                          grade_timeout=0.1)
+                                          settings=RunSettings(grade_timeout=0.1))
     assert summary["avg_at_k"] == 0.0 and "timed out" in _lines(tmp_path / "slow")[0]["grade_error"]
 
 
@@ -446,11 +448,11 @@ async def test_spec_warnings_and_the_whole_response_fallback(tmp_path):
     assert summary["avg_at_k"] == pytest.approx(0.5) and summary["whole_response_answers"] == 0
     assert "spec warnings  ignored_after_plan 1 (in 1 runs)" in ev.format_summary(summary)
     summary, _, _ = await _orchestra_eval(rows, tmp_path / "on", orch=ScriptedChatModel(replies=orchestrate), sub=sub,
-                                          whole_response_fallback=True, grader="math")
+                                          grader="math", config=OrchestraConfig(whole_response_fallback=True))
     assert summary["avg_at_k"] == pytest.approx(1.0) and summary["whole_response_answers"] == 1
     assert summary["status_counts"]["invalid_spec"] == 1  # still invalid: the fallback only grades the text
     lines = {line["id"]: line for line in _lines(tmp_path / "on")}
     assert lines["q1"]["answer_source"] == "whole_response" and lines["q1"]["correct"]
     summary, _, _ = await _orchestra_eval(rows, tmp_path / "strict", orch=ScriptedChatModel(replies=orchestrate),
-                                          sub=sub, strict=True)
+                                          sub=sub, config=OrchestraConfig(strict=True))
     assert summary["status_counts"]["invalid_spec"] == 2 and summary["spec_warnings"] == {}

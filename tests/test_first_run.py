@@ -16,6 +16,7 @@ from agents import CallSettings, CoTAgent, ReflexionAgent, SubAgentFormatError, 
 from agents.base import Usage, ask, ask_plain
 from agents.echo import FORMAT_PLACEHOLDERS, is_format_echo
 from agents.prompts import render, worked_examples
+from mas_orchestra import OrchestraConfig
 from mas_orchestra.caps import (
     EMBEDDED_CAPS,
     NO_CAPS,
@@ -210,7 +211,7 @@ def test_grammar_of_a_capped_registry_accepts_the_cap_and_refuses_above_it():
 
 def test_a_text_plan_above_a_cap_runs_at_the_cap_with_a_warning():
     sub = ScriptedChatModel(replies=[cot_reply("7")], model_name="smollm2-135m-instruct")
-    orchestra = Orchestra(ScriptedChatModel(replies=[hot_plan()]), sub, constrained=False)
+    orchestra = Orchestra(ScriptedChatModel(replies=[hot_plan()]), sub, config=OrchestraConfig(constrained=False))
     assert orchestra.caps == EMBEDDED_CAPS
     outcome = orchestra.run("What is 3 + 4?")
     assert outcome.status is Status.OK and outcome.answer == "7"
@@ -228,7 +229,8 @@ def test_a_text_plan_above_a_cap_runs_at_the_cap_with_a_warning():
 
 def test_strict_mode_makes_a_capped_parameter_an_error_naming_node_and_parameter():
     sub = ScriptedChatModel(replies=[cot_reply("7")], model_name="smollm2-135m-instruct")
-    orchestra = Orchestra(ScriptedChatModel(replies=[hot_plan()]), sub, constrained=False, strict=True)
+    orchestra = Orchestra(ScriptedChatModel(replies=[hot_plan()]), sub,
+                          config=OrchestraConfig(constrained=False, strict=True))
     with pytest.raises(SpecError) as info:
         orchestra.parse(hot_plan())
     message = str(info.value)
@@ -245,7 +247,8 @@ def test_apply_caps_leaves_a_plan_within_the_caps_alone():
 
 
 def test_explicit_caps_override_the_models():
-    orchestra = Orchestra(ScriptedChatModel(replies=[hot_plan()]), ScriptedChatModel(), caps=SamplingCaps(max_samples=1))
+    orchestra = Orchestra(ScriptedChatModel(replies=[hot_plan()]), ScriptedChatModel(),
+                          config=OrchestraConfig(caps=SamplingCaps(max_samples=1)))
     assert orchestra.parse(hot_plan()).node("A1").params == {"samples": 1, "temperature": 2.0}
 
 
@@ -274,7 +277,8 @@ def test_orchestra_grammar_lets_the_orchestrator_answer_directly():
 def test_a_direct_answer_plan_runs_without_sub_agent_calls():
     sub = ScriptedChatModel(replies=[cot_reply("x")])
     orchestrator = ScriptedChatModel(replies=["<thinking>Known.</thinking>\n<answer>Paris</answer>"])
-    outcome = Orchestra(orchestrator, sub, constrained=False).run("What is the capital of France?")
+    outcome = Orchestra(orchestrator, sub,
+                        config=OrchestraConfig(constrained=False)).run("What is the capital of France?")
     assert outcome.status is Status.OK and outcome.answer == "Paris" and sub.calls == 0
 
 
@@ -343,7 +347,7 @@ def test_plain_replies_follow_the_model_and_reach_every_step_by_step_attempt():
     plan = spec_from_data({"thinking": "One agent.", "nodes": [{"id": "A1", "agent": "sc", "description": "vote",
                                                                "params": {"samples": 2}}]}).to_xml()
     small = ScriptedChatModel(replies=["Seven."], model_name="smollm2-135m-instruct")
-    orchestra = Orchestra(ScriptedChatModel(replies=[plan]), small, constrained=False)
+    orchestra = Orchestra(ScriptedChatModel(replies=[plan]), small, config=OrchestraConfig(constrained=False))
     assert orchestra.plain_replies and orchestra.caps == EMBEDDED_CAPS
     outcome = orchestra.run("What is 3 + 4?")
     assert outcome.status is Status.OK, outcome.error
@@ -351,7 +355,8 @@ def test_plain_replies_follow_the_model_and_reach_every_step_by_step_attempt():
     assert all(prompt == "What is 3 + 4?" for prompt in small.prompts)
     api = Orchestra(ScriptedChatModel(replies=[plan]), ScriptedChatModel(replies=[cot_reply("7")]))
     assert not api.plain_replies
-    assert not Orchestra(ScriptedChatModel(replies=[plan]), small, plain_replies=False).plain_replies
+    assert not Orchestra(ScriptedChatModel(replies=[plan]), small,
+                         config=OrchestraConfig(plain_replies=False)).plain_replies
 
 
 def test_plain_replies_drop_the_format_block_from_critic_and_judge_prompts():
@@ -382,7 +387,8 @@ def test_embedded_caps_bound_a_constrained_plan_to_one_agent():
     uncapped = Orchestra(_LocalScripted(replies=["x"]), ScriptedChatModel(replies=["x"]))
     assert uncapped.orchestration_constraint is not None
     assert uncapped.orchestration_constraint.limits.max_agents == GrammarLimits().max_agents
-    given = Orchestra(_LocalScripted(replies=["x"]), small, grammar_limits=GrammarLimits(max_agents=3, input_chars=50))
+    given = Orchestra(_LocalScripted(replies=["x"]), small,
+                      config=OrchestraConfig(grammar_limits=GrammarLimits(max_agents=3, input_chars=50)))
     assert given.orchestration_constraint.limits == GrammarLimits(max_agents=1, input_chars=50)
 
 
@@ -390,8 +396,10 @@ def test_asked_plainly_a_lone_agent_gets_the_question_itself():
     plan = spec_from_data({"thinking": "One agent.", "nodes": [{"id": "A1", "agent": "cot", "description": "d",
                                                                "input": "Find the author."}]}).to_xml()
     small = ScriptedChatModel(replies=["Jane Austen wrote it."], model_name="smollm2-135m-instruct")
-    outcome = Orchestra(ScriptedChatModel(replies=[plan]), small, constrained=False).run("Who wrote Emma?")
+    outcome = Orchestra(ScriptedChatModel(replies=[plan]), small,
+                        config=OrchestraConfig(constrained=False)).run("Who wrote Emma?")
     assert outcome.answer == "Jane Austen wrote it." and small.prompts == ["Who wrote Emma?"]
     framed = ScriptedChatModel(replies=[cot_reply("Jane Austen")])
-    Orchestra(ScriptedChatModel(replies=[plan]), framed, constrained=False).run("Who wrote Emma?")
+    Orchestra(ScriptedChatModel(replies=[plan]), framed,
+              config=OrchestraConfig(constrained=False)).run("Who wrote Emma?")
     assert "Current sub-task: Find the author." in framed.prompts[0]  # structured replies keep the framing

@@ -15,6 +15,7 @@ import string
 import pytest
 from pydantic import Field
 
+from mas_orchestra import OrchestraConfig, RunSettings
 from mas_orchestra.errors import ConstrainedDecodingError, GrammarError, SpecError
 from mas_orchestra.local.options import LocalEngineOptions
 from mas_orchestra.models.constraints import (
@@ -244,17 +245,17 @@ def test_a_parameter_the_grammar_cannot_express_is_a_clear_error() -> None:
     # Orchestra fails at construction, before any model call; turning the switch off works.
     local = ScriptedChatModel(replies=["x"])
     with pytest.raises(GrammarError):
-        Orchestra(local, local, registry=registry, constrained=True)
+        Orchestra(local, local, config=OrchestraConfig(constrained=True), registry=registry)
 
 
 def test_unsupported_backend_raises_or_falls_back_with_a_warning(caplog) -> None:
     scripted = ScriptedChatModel(replies=["<thinking>t</thinking><answer>4</answer>"])
     assert constraint_mode(None, scripted) == "off" and structured_output_backend(scripted) is None
     with pytest.raises(ConstrainedDecodingError) as info:
-        Orchestra(scripted, scripted, constrained=True)
+        Orchestra(scripted, scripted, config=OrchestraConfig(constrained=True))
     assert "ScriptedChatModel" in str(info.value) and "constrained=False" in str(info.value)
     with caplog.at_level(logging.WARNING):
-        orchestra = Orchestra(scripted, scripted, constrained="auto")
+        orchestra = Orchestra(scripted, scripted, config=OrchestraConfig(constrained="auto"))
     assert "running unconstrained" in caplog.text
     assert orchestra.constrained == {"orchestrator": "fallback", "subagent": "fallback"}
 
@@ -301,7 +302,7 @@ async def test_format_retries_are_counted_in_the_outcome() -> None:
         {"nodes": [{"id": "A1", "agent": "cot", "input": ""}]}).to_xml()])
     # The first sub-agent reply has no answer: one format re-ask, then a good reply.
     subagent = ScriptedChatModel(replies=["I am not sure.", "<thinking>6*7</thinking><answer>42</answer>"])
-    outcome = await Orchestra(orchestrator, subagent, max_retries=0).arun("What is 6*7?")
+    outcome = await Orchestra(orchestrator, subagent, settings=RunSettings(max_retries=0)).arun("What is 6*7?")
     assert outcome.status is Status.OK and outcome.answer == "42"
     assert outcome.usage.format_retries == 1 and outcome.usage.subagent_calls == 2
 
@@ -318,8 +319,9 @@ def test_embedded_orchestrator_runs_a_valid_system_without_format_re_asks(dom: s
     from mas_orchestra.models.hf_chat import load_embedded_chat_model
 
     model = load_embedded_chat_model(max_new_tokens=96, engine=LocalEngineOptions(torch_threads=1))
-    orchestra = Orchestra(model, model, dom, max_retries=0, orchestrator_max_tokens=160,
-                          orchestrator_temperature=0.7)  # constrained by default for a local model
+    orchestra = Orchestra(model, model,
+                          config=OrchestraConfig(dom=dom, orchestrator_max_tokens=160, orchestrator_temperature=0.7),
+                          settings=RunSettings(max_retries=0))  # constrained by default for a local model
     assert orchestra.constrained == {"orchestrator": "on", "subagent": "on"}
     outcome = orchestra.run("A farmer has 12 cows and buys 7 more. How many cows does the farmer have?")
     assert outcome.status in (Status.OK, Status.EXEC_ERROR, Status.TIMEOUT), outcome.error

@@ -2,7 +2,8 @@
 
 A ``langgraph-sdk`` client creates threads, runs the end-to-end graph and a baseline, streams node updates
 (the spec's nodes arrive as subgraph updates) and reads the final state. Sub-agents are the local
-OpenAI-compatible echo server (llm-katan), chosen per run through ``configurable["subagent"]``; the
+OpenAI-compatible echo server (llm-katan), chosen per run through the run's ``context`` (the end-to-end graph's
+``context_schema``; baselines read it mirrored into ``configurable``); the
 server's environment names a different sub-agent, so an answer from the echo server proves the run's
 config was read. The orchestrator is ``python:tests.served_models:orchestrator`` from the server's env.
 LangSmith tracing and CLI analytics are off; no key is set; the server is always stopped at teardown.
@@ -127,12 +128,12 @@ async def test_end_to_end_graph_served_streams_every_node_and_keeps_the_thread_s
     # katan is requested first so that it is up before the server starts: "after the server start" below
     # is then the server's start-up plus the first run, nothing else.
     thread = await client.threads.create()
-    config = {"configurable": {"subagent": katan.model, "max_retries": 1}}
+    context = {"subagent": katan.model, "settings": {"max_retries": 1}}
     events: list[tuple[str, str]] = []
     first_event_s = None
     requested = time.perf_counter()
     async for part in client.runs.stream(thread["thread_id"], "mas_orchestra", input={"question": "What is 3+4?"},
-                                         config=config, stream_mode="updates", stream_subgraphs=True):
+                                         context=context, stream_mode="updates", stream_subgraphs=True):
         if part.event.startswith("updates") and isinstance(part.data, dict):
             first_event_s = first_event_s or time.perf_counter() - requested
             events.extend((part.event, step) for step in part.data)
@@ -146,7 +147,7 @@ async def test_end_to_end_graph_served_streams_every_node_and_keeps_the_thread_s
     assert values["status"] == "ok" and values["answer"] == ECHO_ANSWER, values.get("error")
     assert sorted(values["results"]) == ["J", "P0", "P1", "P2"]
     assert values["results"]["J"]["answer"] == ECHO_ANSWER and values["usage"]["calls"] == 4
-    assert values["setup"]["subagent"] == "echo-model"  # from the run's configurable, not the server env
+    assert values["setup"]["subagent"] == "echo-model"  # from the run's context, not the server env
     assert [n["id"] for n in values["spec"]["nodes"]] == ["P0", "P1", "P2", "J"]
     history = await client.threads.get_history(thread["thread_id"], limit=20)
     assert len(history) >= 5 and history[0]["values"]["answer"] == ECHO_ANSWER
@@ -168,21 +169,23 @@ async def test_baselines_served_use_the_runs_subagent(client, katan):
 
 async def test_served_approval_interrupt_then_resume(client, katan):
     thread = await client.threads.create()
-    config = {"configurable": {"subagent": katan.model, "interrupt_before_execute": True}}
-    await client.runs.wait(thread["thread_id"], "mas_orchestra", input={"question": "q"}, config=config)
+    context = {"subagent": katan.model, "config": {"interrupt_before_execute": True}}
+    await client.runs.wait(thread["thread_id"], "mas_orchestra", input={"question": "q"}, context=context)
     state = await client.threads.get_state(thread["thread_id"])
     assert state["next"] == ["approve"] and not state["values"]["results"]  # nothing ran yet
     payload = state["tasks"][0]["interrupts"][0]["value"]
     assert "<agent_id>J</agent_id>" in payload["spec_text"]
-    out = await client.runs.wait(thread["thread_id"], "mas_orchestra", command={"resume": "approve"}, config=config)
+    out = await client.runs.wait(thread["thread_id"], "mas_orchestra", command={"resume": "approve"},
+                                 context=context)
     assert out["status"] == "ok" and out["review"] == "approved" and out["answer"] == ECHO_ANSWER
 
 
 async def test_python_model_strings_are_refused_from_a_runs_config(client):
-    thread = await client.threads.create()
-    config = {"configurable": {"subagent": "python:os:getcwd"}}
-    with pytest.raises(Exception, match="'python:' model strings are not accepted"):  # the SDK re-raises the run's error
-        await client.runs.wait(thread["thread_id"], "cot", input={"question": "q"}, config=config)
+    for graph in ("cot", "mas_orchestra"):
+        thread = await client.threads.create()
+        with pytest.raises(Exception, match="'python:' model strings are not accepted"):  # the SDK re-raises it
+            await client.runs.wait(thread["thread_id"], graph, input={"question": "q"},
+                                   context={"subagent": "python:os:getcwd"})
     # A model the server's MAS_SERVED_MODELS does not name (it would spend the server's key) is refused too.
     thread = await client.threads.create()
     with pytest.raises(Exception, match="MAS_SERVED_MODELS"):

@@ -11,11 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 pytest.importorskip("langchain_mcp_adapters")
 
 from agents.base import CallSettings
 from agents.tools import McpServerError, ToolAgent, ToolsetError, load_mcp_tools, mcp_connections
+from mas_orchestra import RunSettings
 from mas_orchestra.runtime import Orchestra, Status
 from mas_orchestra.testing import ScriptedChatModel, cot_reply
 
@@ -49,7 +51,8 @@ def test_stdio_server_tools_are_listed_with_descriptions(calc_tools):
 
 def test_orchestra_offers_mcp_tools_and_a_tool_agent_calls_them():
     sub = ScriptedChatModel(replies=[call("calculate", expression="(17 + 25) * 3"), cot_reply("126")])
-    orchestra = Orchestra(ScriptedChatModel(replies=[spec(["calculate"])]), sub, mcp=STDIO, call_timeout=30)
+    orchestra = Orchestra(ScriptedChatModel(replies=[spec(["calculate"])]), sub, settings=RunSettings(call_timeout=30),
+                          mcp=STDIO)
     assert "- calculate: Evaluate an arithmetic expression" in orchestra.prompt("q")
     outcome = orchestra.run("What is (17 + 25) * 3?")
     assert outcome.status is Status.OK and outcome.answer == "126", outcome.error
@@ -125,7 +128,8 @@ def test_streamable_http_server(tmp_path):
                 time.sleep(0.1)
         config = {"mcpServers": {"calc": {"url": f"http://127.0.0.1:{port}/mcp"}}}
         sub = ScriptedChatModel(replies=[call("multiply", a=6, b=7), cot_reply("42")])
-        outcome = Orchestra(ScriptedChatModel(replies=[spec(["multiply"])]), sub, mcp=config, call_timeout=30).run("6*7?")
+        outcome = Orchestra(ScriptedChatModel(replies=[spec(["multiply"])]), sub,
+                            settings=RunSettings(call_timeout=30), mcp=config).run("6*7?")
         assert outcome.status is Status.OK and outcome.answer == "42" and "Result of multiply:\n42" in sub.prompts[1]
     finally:
         process.terminate()
@@ -139,8 +143,10 @@ def test_the_served_graph_reads_mcp_servers_from_the_environment_only(tmp_path, 
     servers.write_text(json.dumps(STDIO))
     monkeypatch.setenv("MAS_MCP", str(servers))
     monkeypatch.setattr(end_to_end, "_cache", {})
-    config = {"configurable": {"orchestrator": "scripted:1", "subagent": "scripted:1", "mcp": "ignored.json"}}
-    orchestra = end_to_end.orchestra_from_config(config)
+    with pytest.raises(ValidationError, match="mcp"):  # a run's context cannot name MCP servers
+        end_to_end.ServedContext.model_validate({"subagent": "scripted:1", "mcp": "ignored.json"})
+    context = end_to_end.ServedContext(orchestrator="scripted:1", subagent="scripted:1")
+    orchestra = end_to_end.orchestra_from_context(context)
     assert "tools" in orchestra.registry and "calculate" in {t.name for t in orchestra.tools}
 
 
@@ -211,7 +217,8 @@ def test_an_orchestra_run_shares_one_server_process_among_its_calls_and_stops_it
     import re
 
     sub = ScriptedChatModel(replies=[call("pid"), call("pid"), cot_reply("done")])
-    orchestra = Orchestra(ScriptedChatModel(replies=[spec(["pid"])]), sub, mcp=STDIO, call_timeout=30)
+    orchestra = Orchestra(ScriptedChatModel(replies=[spec(["pid"])]), sub, settings=RunSettings(call_timeout=30),
+                          mcp=STDIO)
     outcome = orchestra.run("Which process answers?")
     assert outcome.status is Status.OK and outcome.usage.tool_calls == 2, outcome.error
     pids = re.findall(r"Result of pid:\n(\d+)", sub.prompts[-1])

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from mas_orchestra import OrchestraConfig, RunSettings
 from mas_orchestra.errors import SpecError
 from mas_orchestra.offers import PoolError, subagent_from_args, with_pool
 from mas_orchestra.prompts import orchestrator_prompt
@@ -66,7 +67,7 @@ def test_each_node_runs_on_the_model_it_names_and_usage_is_per_model():
 def test_per_kind_defaults_are_the_original_sampler_map():
     models = pool()
     orchestrator = ScriptedChatModel(replies=[two_nodes(None, None, agent="reflexion")])
-    orchestra = Orchestra(orchestrator, models, subagent_defaults={"Reflexion": "strong"})
+    orchestra = Orchestra(orchestrator, models, config=OrchestraConfig(subagent_defaults={"Reflexion": "strong"}))
     assert orchestra.registry.get("reflexion").params.model_fields["model"].default == "strong"
     assert orchestra.registry.get("cot").params.model_fields["model"].default == "fast"
     outcome = orchestra.run("q")
@@ -75,11 +76,11 @@ def test_per_kind_defaults_are_the_original_sampler_map():
 
 def test_pool_errors_name_the_valid_names():
     with pytest.raises(PoolError, match="no such pool model; valid: fast, strong"):
-        Orchestra(ScriptedChatModel(), pool(), subagent_defaults={"cot": "medium"})
+        Orchestra(ScriptedChatModel(), pool(), config=OrchestraConfig(subagent_defaults={"cot": "medium"}))
     with pytest.raises(PoolError, match="unknown agent kind 'juggler'"):
-        Orchestra(ScriptedChatModel(), pool(), subagent_defaults={"juggler": "fast"})
+        Orchestra(ScriptedChatModel(), pool(), config=OrchestraConfig(subagent_defaults={"juggler": "fast"}))
     with pytest.raises(PoolError, match="needs a pool"):
-        Orchestra(ScriptedChatModel(), ScriptedChatModel(), subagent_defaults={"cot": "fast"})
+        Orchestra(ScriptedChatModel(), ScriptedChatModel(), config=OrchestraConfig(subagent_defaults={"cot": "fast"}))
     with pytest.raises(PoolError, match="empty"):
         Orchestra(ScriptedChatModel(), {})
     with pytest.raises(PoolError, match="pool name 'two words'"):
@@ -120,7 +121,7 @@ def test_the_training_reward_charges_each_pool_models_price():
     register_price("pool-strong", 1000.0, 1000.0)
     registry = with_pool(REGISTRY, pool())
     reward = OutcomeReward(subagent=ScriptedChatModel(), registry=registry, grader="exact", cost_metric="cost_usd",
-                           cost_weight=10.0, timeout=30)
+                           cost_weight=10.0, settings=RunSettings(timeout=30))
     cheap, dear = two_nodes("fast", "fast"), two_nodes("strong", "strong")
     # TRL calls the reward with prompts, completions and the dataset's answers; both answers are correct.
     scores = asyncio.run(reward(["q", "q"], [cheap, dear], answer=["1", "2"], question=["q", "q"]))

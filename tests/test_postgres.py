@@ -149,6 +149,7 @@ def test_connection_lost_mid_run_is_a_clear_error_and_the_thread_resumes(monkeyp
     naming the database; a new run of the thread, once the database answers again, finishes it without
     calling a finished node again."""
     assert URL
+    from mas_orchestra import RunSettings
     from mas_orchestra.runtime import Orchestra
     from mas_orchestra.runtime.postgres import CheckpointConnectionError
     from mas_orchestra.testing import ScriptedChatModel, cot_reply
@@ -170,8 +171,8 @@ def test_connection_lost_mid_run_is_a_clear_error_and_the_thread_resumes(monkeyp
             killed.set()
         return cot_reply(f"{node} done")
 
-    orchestra = Orchestra(ScriptedChatModel(replies=[CHAIN6]), ScriptedChatModel(replies=reply), max_retries=0,
-                          checkpointer=url)
+    orchestra = Orchestra(ScriptedChatModel(replies=[CHAIN6]), ScriptedChatModel(replies=reply),
+                          settings=RunSettings(max_retries=0), checkpointer=url)
     t = thread()
     with pytest.raises(CheckpointConnectionError) as caught:
         asyncio.run(orchestra.arun("What is 3+4?", thread_id=t))
@@ -296,7 +297,7 @@ def test_served_graph_keeps_its_checkpoints_in_postgres(tmp_path):
         client = get_sync_client(url=served.url, timeout=60)
         thread_id = client.threads.create()["thread_id"]
         out = client.runs.wait(thread_id, "mas_orchestra", input={"question": "What is 3+4?"},
-                               config={"configurable": {"subagent": katan.model, "max_retries": 1}})
+                               context={"subagent": katan.model, "settings": {"max_retries": 1}})
         assert out["status"] == "ok" and out["answer"] == ECHO_ANSWER, out
         assert "Using custom checkpointer: AsyncPostgresSaver" in served.log.read_text()
         stored = finished(URL, thread_id)  # read by this process straight from PostgreSQL

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from mas_orchestra import OrchestraConfig
 from mas_orchestra.prompt_templates import PromptTemplateError, load_template
 from mas_orchestra.prompts import archive_kinds, orchestrator_messages, orchestrator_prompt
 from mas_orchestra.registry import default_registry
@@ -87,13 +88,14 @@ def test_orchestra_sends_the_template_messages(tmp_path):
 
     orchestrator = ScriptedChatModel(replies=reply)
     folder = write(tmp_path / "t", system="Plan agents.", user="Task: {question}")
-    orchestra = Orchestra(orchestrator, ScriptedChatModel(), dom="low", prompt=str(folder), constrained=False)
+    orchestra = Orchestra(orchestrator, ScriptedChatModel(),
+                          config=OrchestraConfig(dom="low", prompt=str(folder), constrained=False))
     out = orchestra.run("6 x 7?")
     assert out.answer == "42"
     assert isinstance(sent[0][0], SystemMessage) and sent[0][0].content == "Plan agents."
     assert sent[0][1].content == "Task: 6 x 7?" and len(sent[0]) == 2
     with pytest.raises(PromptTemplateError):
-        Orchestra(orchestrator, ScriptedChatModel(), prompt=str(tmp_path / "nowhere"))
+        Orchestra(orchestrator, ScriptedChatModel(), config=OrchestraConfig(prompt=str(tmp_path / "nowhere")))
 
 
 def test_converter_reads_constants_without_executing(tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ import urllib.request
 
 import pytest
 
+from mas_orchestra import OrchestraConfig, RunSettings
 from mas_orchestra.errors import ConstrainedDecodingError, MissingExtraError
 from mas_orchestra.models import MissingCredentialsError, resolve_model
 from mas_orchestra.models.constraints import (
@@ -78,8 +79,8 @@ def test_the_forced_tool_call_is_read_back_as_json_text():
 def test_constrained_true_on_a_provider_without_structured_output_names_provider_and_switch():
     model = ScriptedChatModel(metadata={PROVIDER_METADATA_KEY: "perplexity"})
     with pytest.raises(ConstrainedDecodingError, match=r"provider 'perplexity'.*constrained=False"):
-        Orchestra(model, model, constrained=True)
-    Orchestra(model, model, constrained="auto")  # falls back, with a logged warning
+        Orchestra(model, model, config=OrchestraConfig(constrained=True))
+    Orchestra(model, model, config=OrchestraConfig(constrained="auto"))  # falls back, with a logged warning
 
 
 # -- real servers --------------------------------------------------------------------------------------------
@@ -133,7 +134,7 @@ def test_round_trip_through_orchestra_counts_usage(katan, monkeypatch, capsys, p
     extra = {"default_headers": {"x-api-key": "sk-ant-test"}} if provider == "anthropic" else {}
     subagent = resolve_model(f"{provider}:echo-model", timeout=30, **extra)
     orchestrator = ScriptedChatModel(replies=[FOUR_NODES], model_name="scripted-orchestrator")
-    outcome = Orchestra(orchestrator, subagent, timeout=120).run("What is 2 + 2?")
+    outcome = Orchestra(orchestrator, subagent, settings=RunSettings(timeout=120)).run("What is 2 + 2?")
     _report(capsys, provider, outcome)
     assert outcome.status is Status.OK, outcome.error
     assert outcome.answer == "24"  # the echoed format block's worked-example answer

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agents.cot import CoTAgent
-from mas_orchestra import GraphSpec, SpecError, default_registry, register_agent
+from mas_orchestra import GraphSpec, OrchestraConfig, RunSettings, SpecError, default_registry, register_agent
 from mas_orchestra.models import TransientModelError
 from mas_orchestra.registry import AgentRegistry
 from mas_orchestra.runtime import Orchestra, Outcome, Status, execute_spec, pricing
@@ -138,8 +138,8 @@ async def test_non_transient_subagent_error_is_exec_error_naming_the_node_and_no
         return cot_reply("ok")
 
     sub = ScriptedChatModel(replies=replies)
-    outcome = await Orchestra(orchestrator_for(fan_in_xml(3)), sub, max_retries=5,
-                              retry_initial_delay=0.01).arun("q")
+    outcome = await Orchestra(orchestrator_for(fan_in_xml(3)), sub,
+                              settings=RunSettings(max_retries=5, retry_initial_delay=0.01)).arun("q")
     assert outcome.status is Status.EXEC_ERROR and outcome.valid
     assert outcome.failed_node == "P1"
     assert "ValueError" in outcome.error and "'P1'" in outcome.error
@@ -163,7 +163,8 @@ async def test_non_transient_error_is_called_once_and_transient_error_is_retried
 
 async def test_dead_model_gives_up_after_its_retries_in_bounded_time(capsys):
     dead = ScriptedChatModel(replies=[ConnectionError("connection refused")])
-    orchestra = Orchestra(orchestrator_for(fan_in_xml(1)), dead, max_retries=2, retry_initial_delay=0.01)
+    orchestra = Orchestra(orchestrator_for(fan_in_xml(1)), dead,
+                          settings=RunSettings(max_retries=2, retry_initial_delay=0.01))
     start = time.perf_counter()
     outcome = await orchestra.arun("q")
     elapsed = time.perf_counter() - start
@@ -187,7 +188,7 @@ async def test_timeout_reports_finished_nodes_and_cancels_the_slow_calls():
     fast = ScriptedChatModel(delay=0.05, replies=[cot_reply("1")])
     text = fan_in_xml(3, kinds={"P2": "slow"}, registry=registry)
     # 2 s for calls that take 0.05 s: room for a loaded CI process (0.5 s once left the fast nodes unfinished)
-    orchestra = Orchestra(orchestrator_for(text), fast, registry=registry, timeout=2.0)
+    orchestra = Orchestra(orchestrator_for(text), fast, settings=RunSettings(timeout=2.0), registry=registry)
     start = time.perf_counter()
     outcome = await orchestra.arun("q")
     elapsed = time.perf_counter() - start
@@ -216,7 +217,8 @@ async def test_call_timeout_bounds_one_subagent_call():
 async def test_orchestrator_failure_is_exec_error():
     orchestrator = ScriptedChatModel(replies=[ValueError("invalid api key")])
     sub = ScriptedChatModel()
-    outcome = await Orchestra(orchestrator, sub, max_retries=3, retry_initial_delay=0.001).arun("q")
+    outcome = await Orchestra(orchestrator, sub,
+                              settings=RunSettings(max_retries=3, retry_initial_delay=0.001)).arun("q")
     assert outcome.status is Status.EXEC_ERROR
     assert outcome.error.startswith("orchestrator failed") and "invalid api key" in outcome.error
     assert outcome.spec is None and sub.calls == 0 and orchestrator.calls == 1
@@ -224,7 +226,8 @@ async def test_orchestrator_failure_is_exec_error():
 
 async def test_transient_orchestrator_failure_is_retried():
     orchestrator = ScriptedChatModel(replies=[ConnectionError("reset"), DIAMOND], cycle=False)
-    outcome = await Orchestra(orchestrator, ScriptedChatModel(), max_retries=2, retry_initial_delay=0.001).arun("q")
+    outcome = await Orchestra(orchestrator, ScriptedChatModel(),
+                              settings=RunSettings(max_retries=2, retry_initial_delay=0.001)).arun("q")
     assert outcome.status is Status.OK and orchestrator.calls == 2
 
 
@@ -306,7 +309,8 @@ class FaultInjector:
 async def test_all_runs_succeed_under_30_percent_transient_failures(capsys):
     injector = FaultInjector(0.3, seed=20240601)
     sub = ScriptedChatModel(replies=injector)
-    orchestra = Orchestra(orchestrator_for(fan_in_xml(3)), sub, max_retries=5, retry_initial_delay=0.001)
+    orchestra = Orchestra(orchestrator_for(fan_in_xml(3)), sub,
+                          settings=RunSettings(max_retries=5, retry_initial_delay=0.001))
     outcomes = [await orchestra.arun(f"question {i}") for i in range(50)]
     not_ok = [o for o in outcomes if not o.ok]
     lost = sum(4 - len(o.node_results) for o in outcomes)
@@ -374,9 +378,17 @@ async def test_wrong_argument_types():
         await orchestra.aplan(b"bytes")
     model = ScriptedChatModel()
     for kwargs in ({"timeout": -1}, {"timeout": 0}, {"call_timeout": -0.5}, {"timeout": "10"},
-                   {"max_retries": -1}, {"max_retries": 1.5}, {"max_concurrency": 0}, {"dom": "medium"}):
-        with pytest.raises(ValueError):
-            Orchestra(model, model, **kwargs)
+                   {"max_retries": -1}, {"max_retries": 1.5}, {"max_concurrency": 0}):
+        with pytest.raises(ValueError, match=next(iter(kwargs))):
+            RunSettings(**kwargs)
+    with pytest.raises(ValueError, match="dom"):
+        OrchestraConfig(dom="medium")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="OrchestraConfig"):
+        Orchestra(model, model, config={"dom": "low"})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="RunSettings"):
+        Orchestra(model, model, settings={"timeout": 10})  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        Orchestra(model, model, "low")  # type: ignore[misc]  # the DoM is config=OrchestraConfig(dom="low")
     with pytest.raises(TypeError):
         Orchestra(object(), model)
 
@@ -407,7 +419,7 @@ async def test_parallel_branches_take_about_two_latencies(capsys):
 
 async def test_max_concurrency_bounds_calls_in_flight():
     sub = ScriptedChatModel(delay=0.01)
-    outcome = await Orchestra(orchestrator_for(DIAMOND), sub, max_concurrency=2).arun("q")
+    outcome = await Orchestra(orchestrator_for(DIAMOND), sub, settings=RunSettings(max_concurrency=2)).arun("q")
     assert outcome.ok and sub.calls == DIAMOND_SUBAGENT_CALLS
     assert sub.peak_in_flight <= 2
 
@@ -510,7 +522,8 @@ def _nameless_model(replies: list[str]):
 
 
 async def test_tokens_of_replies_without_a_model_name_are_counted():
-    outcome = await Orchestra(_nameless_model([DIAMOND]), _nameless_model([cot_reply("7")]), constrained=False).arun("q")
+    outcome = await Orchestra(_nameless_model([DIAMOND]), _nameless_model([cot_reply("7")]),
+                              config=OrchestraConfig(constrained=False)).arun("q")
     assert outcome.ok
     calls = 1 + DIAMOND_SUBAGENT_CALLS
     usage = outcome.usage
@@ -528,14 +541,15 @@ LOW_WITH_COMMENTARY = (
 
 
 async def test_outcome_counts_spec_warnings_and_strict_refuses_them():
-    orchestra = Orchestra(ScriptedChatModel(replies=[LOW_WITH_COMMENTARY]), ScriptedChatModel(replies=[cot_reply("7")]),
-                          dom="low", constrained=False)
+    orchestra = Orchestra(ScriptedChatModel(replies=[LOW_WITH_COMMENTARY]),
+                          ScriptedChatModel(replies=[cot_reply("7")]),
+                          config=OrchestraConfig(dom="low", constrained=False))
     outcome = await orchestra.arun("q")
     assert outcome.ok and outcome.answer == "7"
     assert outcome.spec_warnings == {"quoted_empty_input": 1, "ignored_after_plan": 1}
     assert Outcome.model_validate_json(outcome.model_dump_json()).spec_warnings == outcome.spec_warnings
     strict = Orchestra(ScriptedChatModel(replies=[LOW_WITH_COMMENTARY]), ScriptedChatModel(replies=[cot_reply("7")]),
-                       dom="low", constrained=False, strict=True)
+                       config=OrchestraConfig(dom="low", constrained=False, strict=True))
     refused = await strict.arun("q")
     assert refused.status is Status.INVALID_SPEC and refused.spec_warnings == {}
     assert "[ignored_after_plan]" in refused.error and "[quoted_empty_input]" in refused.error

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from mas_orchestra import RunSettings
 from mas_orchestra.runtime import Orchestra, Status
 from mas_orchestra.spec import spec_from_data
 from mas_orchestra.testing import ScriptedChatModel
@@ -139,7 +140,8 @@ def katan_with(tmp_path) -> Iterator[Callable[..., Katan]]:
 
 
 async def test_vllm_model_string_runs_a_four_node_spec(katan):
-    outcome = await Orchestra(orchestrator(), katan.model, max_retries=2, retry_initial_delay=0.01).arun("What is 3+4?")
+    outcome = await Orchestra(orchestrator(), katan.model,
+                              settings=RunSettings(max_retries=2, retry_initial_delay=0.01)).arun("What is 3+4?")
     assert outcome.status is Status.OK, outcome.error
     assert outcome.answer == ECHO_ANSWER
     assert sorted(outcome.finished_nodes) == ["J", "P0", "P1", "P2"]
@@ -155,8 +157,8 @@ async def test_openai_model_string_with_base_url_from_the_environment(katan, mon
     monkeypatch.setenv("OPENAI_API_KEY", "test")
     monkeypatch.setenv("OPENAI_BASE_URL", katan.base_url)
     monkeypatch.delenv("OPENAI_API_BASE", raising=False)
-    outcome = await Orchestra(orchestrator(), f"openai:{MODEL}", max_retries=1,
-                              retry_initial_delay=0.01).arun("q")
+    outcome = await Orchestra(orchestrator(), f"openai:{MODEL}",
+                              settings=RunSettings(max_retries=1, retry_initial_delay=0.01)).arun("q")
     assert outcome.status is Status.OK, outcome.error
     assert outcome.answer == ECHO_ANSWER
     assert outcome.usage.by_model[MODEL].calls == 4 and outcome.usage.by_model[MODEL].input_tokens > 0
@@ -169,7 +171,7 @@ async def test_every_run_succeeds_against_a_server_failing_30_percent(katan_with
     server = katan_with("--error-rate", "0.3")
     # The server's faults are not seeded: with 80 requests, max_retries=6 would lose a run with
     # probability 80 * 0.3**7 ≈ 2 %; 10 retries make that ≈ 1e-4.
-    orchestra = Orchestra(orchestrator(), server.model, max_retries=10, retry_initial_delay=0.01)
+    orchestra = Orchestra(orchestrator(), server.model, settings=RunSettings(max_retries=10, retry_initial_delay=0.01))
     runs = 20
     outcomes = [await orchestra.arun(f"question {i}") for i in range(runs)]
     ok = sum(o.ok for o in outcomes)
@@ -187,12 +189,13 @@ async def test_every_run_succeeds_against_a_server_failing_30_percent(katan_with
 async def test_slow_server_is_bounded_by_call_timeout_and_run_timeout(katan_with, capsys):
     server = katan_with("--latency-ms", "2000")
     start = time.perf_counter()
-    by_call = await Orchestra(orchestrator(), server.model, call_timeout=0.5, max_retries=0).arun("q")
+    by_call = await Orchestra(orchestrator(), server.model,
+                              settings=RunSettings(call_timeout=0.5, max_retries=0)).arun("q")
     call_s = time.perf_counter() - start
     assert by_call.status is Status.EXEC_ERROR and by_call.failed_node in {"P0", "P1", "P2"}
     assert "Timeout" in by_call.error
     start = time.perf_counter()
-    by_run = await Orchestra(orchestrator(), server.model, timeout=1.0, max_retries=0).arun("q")
+    by_run = await Orchestra(orchestrator(), server.model, settings=RunSettings(timeout=1.0, max_retries=0)).arun("q")
     run_s = time.perf_counter() - start
     report(capsys, f"--latency-ms 2000: call_timeout=0.5 -> {by_call.status.value} after {call_s:.2f} s; "
                    f"timeout=1.0 -> {by_run.status.value} after {run_s:.2f} s")
@@ -204,7 +207,8 @@ async def test_dead_port_is_exec_error_in_bounded_time(capsys):
     port = free_port()  # nothing listens there any more
     dead = f"vllm:{MODEL}@http://127.0.0.1:{port}/v1"
     start = time.perf_counter()
-    outcome = await Orchestra(orchestrator(), dead, max_retries=2, retry_initial_delay=0.01).arun("q")
+    outcome = await Orchestra(orchestrator(), dead,
+                              settings=RunSettings(max_retries=2, retry_initial_delay=0.01)).arun("q")
     elapsed = time.perf_counter() - start
     report(capsys, f"dead port: {outcome.status.value} after {elapsed:.2f} s "
                    f"({outcome.usage.failed_calls} failed calls, max_retries=2)")
@@ -216,12 +220,13 @@ async def test_dead_port_is_exec_error_in_bounded_time(capsys):
 
 async def test_max_inflight_server_sees_no_overload_with_matching_max_concurrency(katan_with, capsys):
     server = katan_with("--max-inflight", "4", "--latency-ms", "100")
-    bounded = await Orchestra(orchestrator(DIAMOND), server.model, max_concurrency=4, max_retries=0).arun("q")
+    bounded = await Orchestra(orchestrator(DIAMOND), server.model,
+                              settings=RunSettings(max_concurrency=4, max_retries=0)).arun("q")
     assert bounded.status is Status.OK, bounded.error
     assert bounded.usage.failed_calls == 0 and bounded.usage.subagent_calls == DIAMOND_CALLS
     # control: without the bound the same server does answer 503 (retried, so the run still ends)
-    unbounded = await Orchestra(orchestrator(DIAMOND), server.model, max_concurrency=32, max_retries=6,
-                                retry_initial_delay=0.01).arun("q")
+    unbounded = await Orchestra(orchestrator(DIAMOND), server.model,
+                                settings=RunSettings(max_concurrency=32, max_retries=6, retry_initial_delay=0.01)).arun("q")
     report(capsys, f"--max-inflight 4: max_concurrency=4 -> {bounded.usage.failed_calls} 503s; "
                    f"max_concurrency=32 -> {unbounded.usage.failed_calls} 503s, {unbounded.status.value}")
     assert unbounded.usage.failed_calls > 0
@@ -262,7 +267,8 @@ async def test_dropped_connections_are_exec_error_never_a_hang(capsys):
     try:
         model = f"vllm:{MODEL}@http://127.0.0.1:{server.port}/v1"
         start = time.perf_counter()
-        outcome = await Orchestra(orchestrator(), model, max_retries=2, retry_initial_delay=0.01).arun("q")
+        outcome = await Orchestra(orchestrator(), model,
+                                  settings=RunSettings(max_retries=2, retry_initial_delay=0.01)).arun("q")
         elapsed = time.perf_counter() - start
     finally:
         server.close()

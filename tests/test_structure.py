@@ -7,12 +7,13 @@ import random
 
 import pytest
 
-from mas_orchestra import parse_orchestration
+from mas_orchestra import OrchestraConfig, parse_orchestration
 from mas_orchestra.bench.evaluation.controls import random_graph_like
 from mas_orchestra.bench.evaluation.summary import format_summary, summarize
 from mas_orchestra.errors import SpecError
 from mas_orchestra.registry import offered_registry
 from mas_orchestra.spec import spec_from_data
+from mas_orchestra.spec.grammar import GrammarLimits
 from mas_orchestra.spec.structure import ablate_wiring, structure_of, structure_of_data, summarize_structures
 
 
@@ -159,7 +160,7 @@ def test_eval_refuses_controls_it_cannot_apply(tmp_path):
     from mas_orchestra.bench.evaluation.common import EvalInputError
 
     rows = [{"id": "q", "question": "What is 2 + 2?", "answer": "4"}]
-    for kwargs, message in (({"dom": "low", "control": "ablate-wiring"}, "needs --dom high"),
+    for kwargs, message in (({"config": OrchestraConfig(dom="low"), "control": "ablate-wiring"}, "needs --dom high"),
                             ({"baseline": "cot", "control": "random-graph"}, "a --baseline run has none"),
                             ({"control": "shuffle"}, "unknown control 'shuffle'; valid: ablate-wiring, random-graph")):
         with pytest.raises(EvalInputError, match=message):
@@ -200,7 +201,6 @@ def test_training_curve_reads_tables_and_plots_structure(tmp_path):
 
 def test_eval_without_direct_answers_is_its_own_run_and_the_grammar_refuses_them(tmp_path):
     from mas_orchestra.models.constraints import OrchestrationConstraint
-    from mas_orchestra.spec.grammar import GrammarLimits
 
     registry = offered_registry(None, agents=["cot", "sc"])
     on = OrchestrationConstraint(dom="high", registry=registry, limits=GrammarLimits(), direct_answers=True)
@@ -211,5 +211,6 @@ def test_eval_without_direct_answers_is_its_own_run_and_the_grammar_refuses_them
 
     rows = [{"id": "q", "question": "What is 2 + 2?", "answer": "4"}]
     summary = evaluate(rows, orchestrator=ScriptedChatModel(replies=[CHAIN3.to_xml()]), subagent="scripted:4",
-                       direct_answer=False, out_dir=tmp_path / "run", progress=False, plot=False)
+                       out_dir=tmp_path / "run", progress=False, plot=False,
+                       config=OrchestraConfig(grammar_limits=GrammarLimits(direct_answer=False)))
     assert summary["avg_at_k"] == 1.0 and summary.get("direct_answer") is False

@@ -9,6 +9,7 @@ import pytest
 from langchain_core.messages import BaseMessage
 from pydantic import PrivateAttr
 
+from mas_orchestra import OrchestraConfig, RunSettings
 from mas_orchestra.cli import main
 from mas_orchestra.errors import CheckpointError, ThreadMismatchError
 from mas_orchestra.runtime import Orchestra, Status
@@ -30,11 +31,14 @@ def orchestrator(text: str = CHAIN) -> ScriptedChatModel:
     return ScriptedChatModel(replies=[text], model_name="orch")
 
 
-def make(sub=None, orch=None, **kw) -> tuple[Orchestra, ScriptedChatModel, StepModel]:
+def make(sub=None, orch=None, *, timeout: float | None = None, interrupt_before_execute: bool = False,
+         **kw) -> tuple[Orchestra, ScriptedChatModel, StepModel]:
     orch = orch or orchestrator()
     sub = sub or StepModel(model_name="sub")
     kw.setdefault("checkpointer", memory_checkpointer())
-    return Orchestra(orch, sub, max_retries=0, **kw), orch, sub
+    config = OrchestraConfig(interrupt_before_execute=interrupt_before_execute)
+    settings = RunSettings(max_retries=0, timeout=timeout)
+    return Orchestra(orch, sub, config=config, settings=settings, **kw), orch, sub
 
 
 async def test_a_failed_run_resumes_without_reorchestrating_or_recalling_finished_nodes():
@@ -85,7 +89,7 @@ async def test_resuming_with_another_question_or_model_set_names_the_thread_and_
     await orchestra.arun("q", thread_id="t")
     question = "another q" if change == "question" else "q"
     sub = StepModel(model_name="other-sub" if change == "subagent" else "sub")
-    other = Orchestra(orch, sub, dom="low" if change == "dom" else "high", checkpointer=saver)
+    other = Orchestra(orch, sub, config=OrchestraConfig(dom="low" if change == "dom" else "high"), checkpointer=saver)
     with pytest.raises(ThreadMismatchError) as info:
         await other.arun(question, thread_id="t")
     assert info.value.thread_id == "t" and list(info.value.differences) == [change]
@@ -147,7 +151,7 @@ async def test_reject_ends_the_thread_without_running_it():
 
 def test_thread_arguments_need_a_checkpointer():
     with pytest.raises(ValueError, match="needs a checkpointer"):
-        Orchestra(orchestrator(), StepModel(), interrupt_before_execute=True)
+        Orchestra(orchestrator(), StepModel(), config=OrchestraConfig(interrupt_before_execute=True))
     with pytest.raises(ValueError, match="need Orchestra\\(checkpointer"):
         Orchestra(orchestrator(), StepModel()).run("q", thread_id="t")
 
@@ -157,10 +161,11 @@ def test_thread_arguments_need_a_checkpointer():
 
 def test_sqlite_path_checkpointer_survives_a_new_orchestra(tmp_path):
     db = tmp_path / "runs.sqlite"
-    first = Orchestra(orchestrator(), StepModel(model_name="sub", fail_once={3}), checkpointer=db, max_retries=0)
+    first = Orchestra(orchestrator(), StepModel(model_name="sub", fail_once={3}), settings=RunSettings(max_retries=0),
+                      checkpointer=db)
     assert first.run("q", thread_id="t").status is Status.EXEC_ERROR
     orch, sub = orchestrator(), StepModel(model_name="sub")
-    out = Orchestra(orch, sub, checkpointer=str(db), max_retries=0).run("q", thread_id="t")
+    out = Orchestra(orch, sub, settings=RunSettings(max_retries=0), checkpointer=str(db)).run("q", thread_id="t")
     assert out.ok and orch.calls == 0 and sub.steps == [3]
 
 
@@ -227,7 +232,7 @@ def test_database_locked_mid_run_is_a_checkpoint_error_and_the_thread_resumes_af
     monkeypatch.setattr("mas_orchestra.runtime.checkpoint.DEFAULT_LOCK_TIMEOUT_S", 0.3)
     db = tmp_path / "runs.sqlite"
     sub = LocksTheDatabase(model_name="sub", db=str(db))
-    orchestra = Orchestra(orchestrator(), sub, checkpointer=db, max_retries=0)
+    orchestra = Orchestra(orchestrator(), sub, settings=RunSettings(max_retries=0), checkpointer=db)
     try:
         with pytest.raises(CheckpointError, match="locked") as info:
             orchestra.run("q", thread_id="t")
@@ -235,7 +240,7 @@ def test_database_locked_mid_run_is_a_checkpoint_error_and_the_thread_resumes_af
     finally:
         sub.release()
     orch, again = orchestrator(), StepModel(model_name="sub")
-    out = Orchestra(orch, again, checkpointer=db, max_retries=0).run("q", thread_id="t")
+    out = Orchestra(orch, again, settings=RunSettings(max_retries=0), checkpointer=db).run("q", thread_id="t")
     assert out.ok and out.answer == "answer-3" and orch.calls == 0
     assert 0 not in again.steps and 1 not in again.steps  # S0 and S1 were kept in the checkpoint
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from mas_orchestra import OrchestraConfig, RunSettings
 from mas_orchestra.runtime import Outcome, Status
 from mas_orchestra.spec import spec_from_data
 from mas_orchestra.testing import ScriptedChatModel, cot_reply
@@ -73,11 +74,13 @@ def test_status_mapping_with_real_execution():
     assert statuses == ["ok", "ok", "invalid_spec"]
     assert [r.correct for r in good.last_batch["records"]] == [True, False, False]
 
-    failing = make_outcome_reward(subagent=ScriptedChatModel(replies=[RuntimeError("model down")]), max_retries=0)
+    failing = make_outcome_reward(subagent=ScriptedChatModel(replies=[RuntimeError("model down")]),
+                                  settings=RunSettings(max_retries=0))
     assert run(failing, [COT1], [["4"]]) == [0.0]
     assert failing.last_batch["records"][0].status == "exec_error"
 
-    slow = make_outcome_reward(subagent=ScriptedChatModel(replies=[cot_reply("4")], delay=2.0), timeout=0.2)
+    slow = make_outcome_reward(subagent=ScriptedChatModel(replies=[cot_reply("4")], delay=2.0),
+                               settings=RunSettings(timeout=0.2))
     t0 = time.perf_counter()
     assert run(slow, [COT1], [["4"]]) == [0.0]
     assert time.perf_counter() - t0 < 1.5
@@ -86,14 +89,15 @@ def test_status_mapping_with_real_execution():
 
 def test_execution_bonus_and_cost_penalty():
     model = ScriptedChatModel(replies=[cot_reply("4")])
-    reward = make_outcome_reward(subagent=model, execution_success_weight=0.1, cost_weight=0.05, max_retries=0)
+    reward = make_outcome_reward(subagent=model, execution_success_weight=0.1, cost_weight=0.05,
+                                 settings=RunSettings(max_retries=0))
     # correct 1-call spec: 0.1 + (1 - 0.05); wrong: 0.1; correct 4-call spec: 0.1 + (1 - 0.2); invalid: 0
     out = run(reward, [COT1, COT1, PAR4, INVALID], [["4"], ["9"], ["4"], ["4"]])
     assert out == pytest.approx([1.05, 0.1, 0.9, 0.0])
     huge = make_outcome_reward(subagent=model, cost_weight=10.0)
     assert run(huge, [PAR4], [["4"]]) == [0.0]  # never below 0 for a correct answer
-    errored = make_outcome_reward(subagent=ScriptedChatModel(replies=[RuntimeError("x")]), max_retries=0,
-                                  execution_success_weight=0.1)
+    errored = make_outcome_reward(subagent=ScriptedChatModel(replies=[RuntimeError("x")]),
+                                  execution_success_weight=0.1, settings=RunSettings(max_retries=0))
     assert run(errored, [COT1], [["4"]]) == [0.0]  # no bonus when it did not execute successfully
 
 
@@ -201,16 +205,16 @@ def test_spec_warning_rates_strict_and_the_whole_response_fallback():
     messy = COT1 + "\nExplanation: one agent is enough.\n<answer>4</answer>"
     boxed = "Two plus two is \\boxed{4}."
     model = ScriptedChatModel(replies=[cot_reply("4")])
-    reward = make_outcome_reward(subagent=model, dom="high")
+    reward = make_outcome_reward(subagent=model, config=OrchestraConfig(dom="high"))
     assert run(reward, [messy, boxed, COT1], [["4"]] * 3) == [1.0, 0.0, 1.0]
     m = reward.last_batch["metrics"]
     assert {f"spec_warnings/{k}" for k in WARNING_KINDS} <= set(m)
     assert m["spec_warnings/ignored_after_plan"] == pytest.approx(1 / 3) and m["spec_warnings/duplicate_edge"] == 0.0
     assert reward.last_batch["records"][0].spec_warnings == {"ignored_after_plan": 1}
-    strict = make_outcome_reward(subagent=model, strict=True)
+    strict = make_outcome_reward(subagent=model, config=OrchestraConfig(strict=True))
     assert run(strict, [messy, COT1], [["4"]] * 2) == [0.0, 1.0]
     assert "ignored_after_plan" in strict.last_batch["records"][0].error
-    fallback = make_outcome_reward(subagent=model, whole_response_fallback=True)
+    fallback = make_outcome_reward(subagent=model, config=OrchestraConfig(whole_response_fallback=True))
     assert run(fallback, [boxed, "no answer here"], [["4"]] * 2) == [1.0, 0.0]
     records = fallback.last_batch["records"]
     assert records[0].whole_response and records[0].status == "invalid_spec" and records[0].correct
@@ -233,13 +237,13 @@ def test_reward_is_an_async_callable_trl_recognises():
     with pytest.raises(ValueError):
         make_outcome_reward(subagent="scripted:4", grader="nope")
     with pytest.raises(ValueError):
-        make_outcome_reward(subagent="scripted:4", dom="medium")
+        make_outcome_reward(subagent="scripted:4", config=OrchestraConfig(dom="medium"))
 
 
 def test_32_rollouts_run_concurrently():
     """32 completions of a 3-parallel + join graph with 0.4 s per sub-agent call: about one critical path."""
     model = ScriptedChatModel(replies=[cot_reply("4")], delay=0.4)
-    reward = make_outcome_reward(subagent=model, max_concurrency=128)
+    reward = make_outcome_reward(subagent=model, concurrency=128)
     run(reward, [PAR4], [["4"]])  # warm-up (imports, grading worker)
     # the CPU cost of 32 compiles + runs alone (no latency), so a loaded machine does not fail the test
     instant = make_outcome_reward(subagent=ScriptedChatModel(replies=[cot_reply("4")]))
@@ -262,7 +266,7 @@ def test_32_rollouts_run_concurrently():
 
 def test_max_concurrency_bounds_rollouts_in_flight():
     model = ScriptedChatModel(replies=[cot_reply("4")], delay=0.05)
-    reward = make_outcome_reward(subagent=model, max_concurrency=4)
+    reward = make_outcome_reward(subagent=model, concurrency=4)
     run(reward, [COT1] * 16, [["4"]] * 16)
     assert model.peak_in_flight == 4
 

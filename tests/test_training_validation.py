@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from mas_orchestra import OrchestraConfig
 from mas_orchestra.bench.training_curve import (
     ValidationPoint,
     format_validation,
@@ -63,7 +64,8 @@ def test_runner_scores_k_samples_per_question_and_records_failures():
 
     rows = [{"prompt": [{"role": "user", "content": q}], "question": q, "answer": [a]}
             for q, a in (("all right", "4"), ("half", "4"), ("boom", "4"), ("wrong", "5"))]
-    reward = make_outcome_reward(subagent=ScriptedChatModel(replies=[cot_reply("4")]), dom="high")
+    reward = make_outcome_reward(subagent=ScriptedChatModel(replies=[cot_reply("4")]),
+                                 config=OrchestraConfig(dom="high"))
     runner = Scripted(rows, reward, tokenizer=None, samples=2, temperature=0.5, max_new_tokens=16)
     model = Model()
     metrics = runner.run(model)

@@ -398,6 +398,35 @@ def _resume_text(value: Any) -> str | None:
     text = "last" if value is True else str(value).strip()
     return None if text.lower() in _FALSE else "last" if text.lower() in _TRUE else text
 
+    def orchestra_config(self) -> Any:
+        """How the orchestrator being trained plans, as the reward, an ``Orchestra`` and an eval take it.
+
+        Returns:
+            An :class:`~mas_orchestra.config.OrchestraConfig`: the DoM, offered kinds, strictness and prompt of
+            these fields; training's grammar (``max_agents``, never a direct answer); the orchestrator budget
+            ``max_completion_length``; sub-agent replies constrained on local models unless ``constrained`` is
+            false.
+        """
+        from mas_orchestra.config import OrchestraConfig
+        from mas_orchestra.spec.grammar import GrammarLimits
+
+        kinds = self.agent_kinds
+        return OrchestraConfig(
+            dom=self.dom,  # type: ignore[arg-type]  # validate() checked it
+            agents=tuple(kinds) if kinds is not None else None, constrained=None if self.constrained else False,
+            grammar_limits=GrammarLimits(max_agents=self.max_agents, direct_answer=False),
+            orchestrator_max_tokens=self.max_completion_length, strict=self.strict, prompt=self.prompt,
+            subagent_defaults=self.subagent_default_map or None,
+        )
+
+    def run_settings(self) -> Any:
+        """How each rollout's multi-agent system runs: a :class:`~mas_orchestra.settings.RunSettings` of
+        ``reward_timeout``, ``call_timeout`` and ``max_retries`` (every other field its default)."""
+        from mas_orchestra.settings import RunSettings
+
+        return RunSettings(timeout=float(self.reward_timeout), call_timeout=self.call_timeout,
+                           max_retries=self.max_retries)
+
 
 # -- parsing -----------------------------------------------------------------------------------------------
 

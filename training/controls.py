@@ -36,7 +36,9 @@ from mas_orchestra.bench.evaluation.controls import areplay_with_control
 from mas_orchestra.bench.evaluation.storage import read_results
 from mas_orchestra.bench.evaluation.summary import summarize
 from mas_orchestra.bench.masbench.generation import generate
+from mas_orchestra.config import OrchestraConfig
 from mas_orchestra.registry import offered_registry
+from mas_orchestra.spec.grammar import GrammarLimits
 
 __all__ = ["Arm", "arms_for", "main", "table_row"]
 
@@ -116,11 +118,15 @@ def main(argv: list[str] | None = None) -> int:
         data = generate("depth", [depth], n=args.n, seed=args.seed, split="test")
         for arm in arms:
             run_dir = out / (f"depth{depth}-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", arm.label).strip("-"))
+            config = OrchestraConfig(
+                dom=arm.dom,  # type: ignore[arg-type]  # "high" or "low"
+                orchestrator_temperature=args.temperature, orchestrator_max_tokens=args.max_tokens,
+                grammar_limits=GrammarLimits(max_agents=4, direct_answer=False), agents=tuple(agents),
+                prompt=args.prompt if arm.dom == "high" else None,
+            )
             summary = evaluate(
-                data, orchestrator=arm.orchestrator, subagent=SUBAGENT, dom=arm.dom, samples=args.samples,
-                out_dir=run_dir, temperature=args.temperature, max_tokens=args.max_tokens, max_agents=4,
-                direct_answer=False,
-                agents=agents, progress=False, plot=False, prompt=args.prompt if arm.dom == "high" else None,
+                data, orchestrator=arm.orchestrator, subagent=SUBAGENT, config=config, samples=args.samples,
+                out_dir=run_dir, progress=False, plot=False,
                 data_name=f"masbench:depth:{depth}:n={args.n}:seed={args.seed}:split=test", concurrency=4,
             )
             rows.append(table_row(arm.label, depth, summary))

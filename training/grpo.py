@@ -93,10 +93,10 @@ def _check_vllm(cfg: OrchestraGRPOConfig) -> None:
 
 def _orchestration_constraint(cfg: OrchestraGRPOConfig, registry: Any) -> Any:
     from mas_orchestra.models.constraints import OrchestrationConstraint
-    from mas_orchestra.spec.grammar import GrammarLimits
 
-    constraint = OrchestrationConstraint(dom=cfg.dom, registry=registry,  # type: ignore[arg-type]
-                                         limits=GrammarLimits(max_agents=cfg.max_agents))
+    config = cfg.orchestra_config()
+    constraint = OrchestrationConstraint(dom=config.dom, registry=registry, limits=config.grammar_limits,
+                                         direct_answers=config.grammar_limits.direct_answer)
     constraint.grammar()  # a kind the grammar cannot express fails here, before any model loads
     return constraint
 
@@ -183,12 +183,11 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
     subagent, registry = pooled_subagents(
         cfg, orchestra_registry(search, agents=cfg.agent_kinds), lambda text: _subagent(cfg, text))
     reward_kwargs: dict[str, Any] = dict(
-        subagent=subagent, dom=cfg.dom, grader=cfg.grader, search=search, cost_weight=cfg.cost_weight,
+        subagent=subagent, config=cfg.orchestra_config(), settings=cfg.run_settings(), grader=cfg.grader,
+        judge=cfg.judge, search=search, registry=registry, concurrency=cfg.reward_concurrency,
+        cost_weight=cfg.cost_weight, cost_metric=cfg.cost_metric, cost_reward=cfg.cost_reward,
         final_answer_weight=cfg.final_answer_weight, execution_success_weight=cfg.execution_success_weight,
-        max_concurrency=cfg.reward_concurrency, timeout=cfg.reward_timeout, max_retries=cfg.max_retries,
-        registry=registry, cost_metric=cfg.cost_metric, cost_reward=cfg.cost_reward, call_timeout=cfg.call_timeout,
-        judge=cfg.judge, partial_credit_weight=cfg.partial_credit_weight,
-        constrained=None if cfg.constrained else False, strict=cfg.strict,
+        partial_credit_weight=cfg.partial_credit_weight,
     )
     reward = make_outcome_reward(**reward_kwargs)
     constraint = _orchestration_constraint(cfg, registry) if cfg.constrained else None

@@ -31,12 +31,14 @@ from mas_orchestra.bench.evaluation.storage import read_results
 from mas_orchestra.bench.evaluation.summary import summarize
 from mas_orchestra.bench.masbench import MasbenchCalculator
 from mas_orchestra.bench.masbench.generation import generate
+from mas_orchestra.config import OrchestraConfig
 from mas_orchestra.errors import SpecError
 from mas_orchestra.offers import POOL_PARAM, with_pool
 from mas_orchestra.registry import AgentRegistry, offered_registry
 from mas_orchestra.runtime import execute_spec
 from mas_orchestra.runtime.pricing import register_price
 from mas_orchestra.spec import GraphSpec, parse_orchestration
+from mas_orchestra.spec.grammar import GrammarLimits
 from training.pools import price_table
 
 __all__ = ["force_model", "main", "pool_models"]
@@ -123,11 +125,14 @@ def main(argv: list[str] | None = None) -> int:
         data = generate("depth", [depth], n=args.n, seed=args.seed, split="test")
         for label, orchestrator in arms:
             run_dir = out / f"depth{depth}-{label}-pool"
+            config = OrchestraConfig(
+                orchestrator_temperature=args.temperature, orchestrator_max_tokens=args.max_tokens,
+                grammar_limits=GrammarLimits(max_agents=4, direct_answer=False), agents=("cot", "sc"),
+                prompt=args.prompt,
+            )
             summary = evaluate(
-                data, orchestrator=orchestrator, subagent={"fast": FAST, "strong": STRONG}, samples=args.samples,
-                out_dir=run_dir, temperature=args.temperature, max_tokens=args.max_tokens, max_agents=4,
-                direct_answer=False,
-                agents=["cot", "sc"], prompt=args.prompt, progress=False, plot=False, concurrency=4,
+                data, orchestrator=orchestrator, subagent={"fast": FAST, "strong": STRONG}, config=config,
+                samples=args.samples, out_dir=run_dir, progress=False, plot=False, concurrency=4,
                 data_name=f"masbench:depth:{depth}:n={args.n}:seed={args.seed}:split=test",
             )
             records = list(read_results(run_dir / "results.jsonl").values())

@@ -51,12 +51,13 @@ from typing import Any
 
 from agents.base import message_text
 from mas_orchestra.bench.grading import VALID_KINDS, agrade
+from mas_orchestra.config import OrchestraConfig
 from mas_orchestra.errors import SpecError
 from mas_orchestra.models import resolve_model
 from mas_orchestra.registry import AgentRegistry, offered_registry
 from mas_orchestra.runtime import Status, execute_spec, whole_response_answer
 from mas_orchestra.settings import RunSettings
-from mas_orchestra.spec import check_dom, count_warnings, parse_orchestration
+from mas_orchestra.spec import count_warnings, parse_orchestration
 from mas_orchestra.spec.structure import structure_of
 from training.records import RolloutRecord, summarize
 from training.shaping import group_cost_rewards, stated_share
@@ -64,6 +65,7 @@ from training.shaping import group_cost_rewards, stated_share
 __all__ = [
     "COST_METRICS",
     "COST_REWARDS",
+    "REWARD_SETTINGS",
     "OutcomeReward",
     "completion_text",
     "make_outcome_reward",
@@ -76,6 +78,9 @@ log = logging.getLogger(__name__)
 COST_METRICS = ("subagent_calls", "total_tokens", "cost_usd")
 #: How cost enters a correct answer's reward (see :meth:`OutcomeReward.reward_for` and :func:`group_cost_rewards`).
 COST_REWARDS = ("linear", "group")
+#: How each rollout's MAS runs when the reward is given no settings: RunSettings' defaults, with a 120 s bound on
+#: a whole run (a hung MAS must not stall a training step; training's ``reward_timeout`` sets its own).
+REWARD_SETTINGS = RunSettings(timeout=120.0)
 #: The orchestrator prompt ends with this heading followed by the question (mas_orchestra/prompts/*.txt).
 _TASK_HEADING = "# Task"
 
@@ -137,28 +142,23 @@ class OutcomeReward:
 
     Args:
         subagent: The model every sub-agent runs on (a chat model or a model string).
-        dom: The degree of MAS the prompts asked for (the parser mode).
+        config: How completions are read, as evaluation and :class:`mas_orchestra.Orchestra` read them
+            (:class:`~mas_orchestra.config.OrchestraConfig`): its ``dom`` (the parser mode), ``agents`` (the kinds
+            offered), ``strict``, ``whole_response_fallback`` and ``constrained`` (sub-agent replies under the
+            reply grammar; ``None``: local models only).
+        settings: How each MAS runs and how long grading may take (:class:`~mas_orchestra.settings.RunSettings`;
+            default :data:`REWARD_SETTINGS`).
         grader: A :func:`mas_orchestra.bench.grading.grade` kind.
+        judge: The model for ``grader="judge"``.
         search: A search backend for WebSearchAgent nodes (without one the agent is not offered).
+        registry: The agent registry (default: the built-in kinds).
+        concurrency: Multi-agent systems executed at once across the batch (the paper ran 128).
         cost_weight: Penalty per unit of cost on a correct answer's reward (never below 0).
         cost_metric: ``subagent_calls`` | ``total_tokens`` (thousands) | ``cost_usd`` (priced).
         cost_reward: ``linear`` (``cost_weight`` × cost off a correct answer) | ``group`` (cost normalised among
             a prompt's correct rollouts, see :func:`group_cost_rewards`; ``cost_weight`` in [0, 1)).
         final_answer_weight: Reward of a correct answer.
         execution_success_weight: Reward of a system that ran to its end, correct or not.
-        max_concurrency: Multi-agent systems executed at once across the batch (the paper ran 128).
-        timeout: Seconds one MAS may run before it scores 0 as ``timeout``.
-        max_retries: Retries of transient sub-agent model errors.
-        registry: The agent registry (default: the built-in kinds).
-        call_timeout: Seconds for one sub-agent call.
-        graph_concurrency: Model calls in flight inside one MAS.
-        grade_timeout: Seconds Math-Verify may take on one answer.
-        judge: The model for ``grader="judge"``.
-        retry_initial_delay: Seconds before the first retry.
-        constrained: Sub-agent replies under the reply grammar, as ``Orchestra`` takes it (``None``: local only).
-        settings: A ``RunSettings`` for each MAS; the keywords above override its fields.
-        strict: Any parser leniency makes a completion ``invalid_spec`` (reward 0).
-        whole_response_fallback: Grade a completion with no agent and no ``<answer>`` on its whole text.
         partial_credit_weight: A wrong but executed answer earns this times the share of the row's
             ``intermediates`` its final agent states (:func:`stated_share`); 0 = off, below
             ``final_answer_weight``.
@@ -178,30 +178,25 @@ class OutcomeReward:
         self,
         *,
         subagent: Any = "embedded",
-        dom: str = "high",
+        config: OrchestraConfig | None = None,
+        settings: RunSettings | None = None,
         grader: str = "math",
+        judge: Any = None,
         search: Any = None,
+        registry: AgentRegistry | None = None,
+        concurrency: int = 128,
         cost_weight: float = 0.0,
         cost_metric: str = "subagent_calls",
         cost_reward: str = "linear",
         final_answer_weight: float = 1.0,
         execution_success_weight: float = 0.0,
-        max_concurrency: int = 128,
-        timeout: float | None = 120.0,
-        max_retries: int = 3,
-        registry: AgentRegistry | None = None,
-        call_timeout: float | None = None,
-        graph_concurrency: int = 32,
-        grade_timeout: float = 5.0,
-        judge: Any = None,
-        retry_initial_delay: float = 1.0,
-        constrained: Any = None,
-        settings: RunSettings | None = None,
-        strict: bool = False,
-        whole_response_fallback: bool = False,
         partial_credit_weight: float = 0.0,
     ) -> None:
-        self.dom = check_dom(dom)
+        if config is not None and not isinstance(config, OrchestraConfig):
+            raise TypeError(f"config must be an OrchestraConfig, got {type(config).__name__}")
+        #: How completions are read (the same object an eval and an Orchestra take).
+        self.config: OrchestraConfig = config or OrchestraConfig()
+        self.dom = self.config.dom
         if grader not in VALID_KINDS:
             raise ValueError(f"unknown grader {grader!r}; valid: {', '.join(VALID_KINDS)}")
         if grader == "judge" and judge is None:
@@ -215,29 +210,22 @@ class OutcomeReward:
         if partial_credit_weight and not 0 < partial_credit_weight < final_answer_weight:
             raise ValueError(f"partial_credit_weight={partial_credit_weight!r} must be in [0, final_answer_weight="
                                  f"{final_answer_weight!r}): a wrong answer must never score like a right one")
-        if not isinstance(max_concurrency, int) or max_concurrency < 1:
-            raise ValueError(f"max_concurrency must be an int >= 1, got {max_concurrency!r}")
-        #: How each multi-agent system runs (validated once here, handed whole to every execute_spec).
-        self.settings = RunSettings.of(
-            settings, timeout=timeout, max_retries=max_retries, call_timeout=call_timeout,
-            max_concurrency=graph_concurrency, retry_initial_delay=retry_initial_delay,
-        )
+        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+            raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
+        #: How each multi-agent system runs (validated once, handed whole to every execute_spec) and grading's bound.
+        self.settings: RunSettings = RunSettings.of(settings) if settings is not None else REWARD_SETTINGS
         self.subagent = resolve_model(subagent)
         self.judge = resolve_model(judge) if judge is not None else None
         self.grader = grader
         self.search = search
-        self.registry = orchestra_registry(search, registry)
+        self.registry = orchestra_registry(search, registry, agents=self.config.agents)
         self.kinds = [k.name for k in self.registry.kinds()]
         self.cost_weight = float(cost_weight)
         self.cost_metric = cost_metric
         self.cost_reward = cost_reward
         self.final_answer_weight = float(final_answer_weight)
         self.execution_success_weight = float(execution_success_weight)
-        self.max_concurrency = max_concurrency
-        self.grade_timeout = grade_timeout
-        self.constrained = constrained
-        self.strict = bool(strict)
-        self.whole_response_fallback = bool(whole_response_fallback)
+        self.concurrency = concurrency
         self.partial_credit_weight = float(partial_credit_weight)
         self.last_batch: dict[str, Any] | None = None
         self.history: list[dict[str, float]] = []
@@ -273,7 +261,7 @@ class OutcomeReward:
         if questions is None or len(questions) != n:
             questions = [question_from_prompt(p) for p in prompts]
         started = time.perf_counter()
-        semaphore = asyncio.Semaphore(self.max_concurrency)
+        semaphore = asyncio.Semaphore(self.concurrency)
         facts = kwargs.get("intermediates")
         if facts is None or len(facts) != n:
             facts = [None] * n
@@ -328,17 +316,16 @@ class OutcomeReward:
         record.question, record.completion = str(question), text
         truths = _truths(truth)
         try:
-            spec = parse_orchestration(text, dom=self.dom, registry=self.registry, strict=self.strict)
+            spec = parse_orchestration(text, dom=self.dom, registry=self.registry, strict=self.config.strict)
         except SpecError as exc:
             record.status, record.error = Status.INVALID_SPEC.value, str(exc)
-            fallback = (
-                whole_response_answer(record.status, record.error, text) if self.whole_response_fallback else None
-            )
+            fallback = (whole_response_answer(record.status, record.error, text)
+                        if self.config.whole_response_fallback else None)
             if fallback is not None:  # the original reward graded such a completion as a direct answer
                 record.whole_response = True
                 record.correct = bool(
                     await agrade(fallback, truths, self.grader, question=str(question), judge=self.judge,
-                                 timeout=self.grade_timeout)
+                                 timeout=self.settings.grade_timeout)
                 )
                 record.reward = self.final_answer_weight if record.correct else 0.0
             return
@@ -348,7 +335,7 @@ class OutcomeReward:
         record.structure = structure_of(spec).as_dict()
         outcome = await execute_spec(
             spec, str(question), model=self.subagent, search=self.search, registry=self.registry,
-            settings=self.settings, orchestration=text, constrained=self.constrained,
+            settings=self.settings, orchestration=text, constrained=self.config.constrained,
         )
         usage = outcome.usage
         record.status = outcome.status.value
@@ -362,7 +349,7 @@ class OutcomeReward:
         record.answer = outcome.answer
         record.correct = bool(
             await agrade(outcome.answer or "", truths, self.grader, question=str(question), judge=self.judge,
-                         timeout=self.grade_timeout)
+                         timeout=self.settings.grade_timeout)
         )
         if facts is not None and len(facts) and spec.sink in outcome.node_results:
             record.partial = stated_share(outcome.node_results[spec.sink].text(), facts)
@@ -410,33 +397,20 @@ class OutcomeReward:
     def __repr__(self) -> str:
         return (
             f"OutcomeReward(dom={self.dom!r}, grader={self.grader!r}, subagent={type(self.subagent).__name__}, "
-            f"max_concurrency={self.max_concurrency}, timeout={self.settings.timeout})"
+            f"concurrency={self.concurrency}, timeout={self.settings.timeout})"
         )
 
 
-def make_outcome_reward(
-    subagent: Any = "embedded",
-    dom: str = "high",
-    grader: str = "math",
-    search: Any = None,
-    cost_weight: float = 0.0,
-    final_answer_weight: float = 1.0,
-    execution_success_weight: float = 0.0,
-    max_concurrency: int = 128,
-    timeout: float | None = 120.0,
-    max_retries: int = 3,
-    registry: AgentRegistry | None = None,
-    **kwargs: Any,
-) -> OutcomeReward:
+def make_outcome_reward(**kwargs: Any) -> OutcomeReward:
     """The outcome reward for ``GRPOTrainer(reward_funcs=[...])``.
 
-    Takes :class:`OutcomeReward`'s arguments (documented there), the first eleven also by position.
+    Args:
+        **kwargs: :class:`OutcomeReward`'s keyword arguments (documented there; its defaults apply).
 
     Returns:
         The reward object.
+
+    Raises:
+        ValueError: As :class:`OutcomeReward` raises it.
     """
-    return OutcomeReward(
-        subagent=subagent, dom=dom, grader=grader, search=search, cost_weight=cost_weight,
-        final_answer_weight=final_answer_weight, execution_success_weight=execution_success_weight,
-        max_concurrency=max_concurrency, timeout=timeout, max_retries=max_retries, registry=registry, **kwargs,
-    )
+    return OutcomeReward(**kwargs)

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_cli", "add_constrained_flag", "add_fidelity_flags", "format_outcome"]
+__all__ = ["add_cli", "add_constrained_flag", "add_fidelity_flags", "add_settings_flags", "format_outcome",
+           "settings_from_args"]
 
 
 def add_fidelity_flags(parser: argparse.ArgumentParser) -> None:
@@ -121,6 +122,7 @@ def _print_interrupt(outcome: Any, args: argparse.Namespace) -> None:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from agents.tools import McpServerError
+    from mas_orchestra.config import OrchestraConfig
     from mas_orchestra.errors import (
         CheckpointError,
         ConstrainedDecodingError,
@@ -138,14 +140,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
             from mas_orchestra import environment
 
             search = make_backend(args.search, cache_path=environment.search_cache_path())
+        checkpointer = _checkpointer(args)
+        config = OrchestraConfig(
+            dom=args.dom, subagent_defaults=dict(_pairs(args.subagent_default, "--subagent-default")) or None,
+            orchestrator_temperature=args.temperature, orchestrator_max_tokens=args.max_tokens,
+            constrained=args.constrained, strict=args.strict, prompt=args.prompt,
+            interrupt_before_execute=checkpointer is not None and bool(args.approve),
+        )
         orchestra = Orchestra(
-            orchestrator=args.orchestrator, subagent=subagent_from_args(args.subagent), dom=args.dom, search=search,
-            mcp=args.mcp, subagent_defaults=dict(_pairs(args.subagent_default, "--subagent-default")) or None,
-            timeout=args.timeout, call_timeout=args.call_timeout, max_retries=args.max_retries,
-            max_concurrency=args.concurrency, orchestrator_temperature=args.temperature,
-            orchestrator_max_tokens=args.max_tokens, requests_per_second=args.rps, constrained=args.constrained,
-            strict=args.strict, prompt=args.prompt,
-            **_checkpoint_options(args),
+            args.orchestrator, subagent_from_args(args.subagent), config=config, settings=settings_from_args(args),
+            search=search, mcp=args.mcp, checkpointer=checkpointer,
         )
         thread = _thread_options(args)
     except (MissingExtraError, MissingCredentialsError, ConstrainedDecodingError, ValueError, FileNotFoundError,
@@ -179,11 +183,64 @@ def _pairs(values: list[str] | None, option: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def _checkpoint_options(args: argparse.Namespace) -> dict[str, Any]:
-    """Orchestra keyword arguments for --db/--thread/--approve: a SQLite checkpoint file when any is given."""
+def _checkpointer(args: argparse.Namespace) -> str | None:
+    """The checkpoint store of --db/--thread/--approve/--fork (a SQLite file by default), or None without them."""
     if not (args.thread or args.db or args.approve or args.fork is not None):
-        return {}
-    return {"checkpointer": args.db or DEFAULT_DB, "interrupt_before_execute": bool(args.approve)}
+        return None
+    return str(args.db or DEFAULT_DB)
+
+
+def settings_from_args(args: argparse.Namespace) -> Any:
+    """The :class:`~mas_orchestra.settings.RunSettings` of the flags :func:`add_settings_flags` added.
+
+    Args:
+        args: Parsed arguments; a flag not given (``None``) keeps the field's default.
+
+    Returns:
+        The settings.
+
+    Raises:
+        pydantic.ValidationError: A value out of its field's range (a ``ValueError`` naming the field).
+    """
+    from mas_orchestra.settings import RunSettings
+
+    given = {field: getattr(args, dest, None) for dest, field in _SETTINGS_FLAGS.items()}
+    return RunSettings.model_validate({k: v for k, v in given.items() if v is not None})
+
+
+# argparse dest -> RunSettings field, for the flags add_settings_flags adds.
+_SETTINGS_FLAGS = {"timeout": "timeout", "call_timeout": "call_timeout", "max_retries": "max_retries",
+                   "max_concurrency": "max_concurrency", "rps": "requests_per_second", "grade_timeout": "grade_timeout"}
+
+
+def add_settings_flags(parser: argparse.ArgumentParser, *, concurrency: bool = True, rps: bool = True,
+                       grade_timeout: bool = False) -> None:
+    """The :class:`~mas_orchestra.settings.RunSettings` flags; a flag not given keeps the field's default.
+
+    The defaults are not repeated here (nor imported: ``--help`` loads no pydantic); the help names the field.
+
+    Args:
+        parser: The subcommand's parser.
+        concurrency: Add ``--concurrency`` (model calls in flight in one run).
+        rps: Add ``--rps`` (the rate limit of API models).
+        grade_timeout: Add ``--grade-timeout``.
+    """
+    default = "(default: RunSettings.{})".format
+    parser.add_argument("--timeout", type=float, default=None, help="bound on one whole run, seconds "
+                        + default("timeout"))
+    parser.add_argument("--call-timeout", type=float, default=None, help="bound on one sub-agent call, seconds "
+                        + default("call_timeout"))
+    parser.add_argument("--max-retries", type=int, default=None, help="retries of transient model errors "
+                        + default("max_retries"))
+    if concurrency:
+        parser.add_argument("--concurrency", dest="max_concurrency", type=int, default=None,
+                            help="model calls in flight at most " + default("max_concurrency"))
+    if rps:
+        parser.add_argument("--rps", type=float, default=None, help="rate limit for API models, requests per "
+                            "second " + default("requests_per_second"))
+    if grade_timeout:
+        parser.add_argument("--grade-timeout", type=float, default=None, help="seconds Math-Verify may spend on "
+                            "one answer " + default("grade_timeout"))
 
 
 def add_cli(sub: Any) -> None:
@@ -200,13 +257,9 @@ def add_cli(sub: Any) -> None:
                    help='MCP servers whose tools are offered to tool agents ({"mcpServers": {...}} JSON)')
     p.add_argument("--dom", choices=["high", "low"], default="high", help="degree of MAS (default high)")
     p.add_argument("--search", default=None, help="search backend: bm25:<corpus.jsonl> | ddg | tavily")
-    p.add_argument("--timeout", type=float, default=None, help="bound on the whole run, seconds")
-    p.add_argument("--call-timeout", type=float, default=None, help="bound on one sub-agent call, seconds")
-    p.add_argument("--max-retries", type=int, default=3, help="retries of transient model errors")
-    p.add_argument("--concurrency", type=int, default=32, help="model calls in flight at most")
+    add_settings_flags(p)
     p.add_argument("--temperature", type=float, default=None, help="orchestrator sampling temperature")
     p.add_argument("--max-tokens", type=int, default=None, help="orchestrator max new tokens")
-    p.add_argument("--rps", type=float, default=None, help="rate limit for API models, requests per second")
     add_constrained_flag(p)
     add_fidelity_flags(p)
     p.add_argument("--json", action="store_true", help="print the Outcome as JSON")

@@ -27,17 +27,17 @@ from mas_orchestra.caps import (
     caps_for_model,
     tightest_caps,
 )
+from mas_orchestra.config import OrchestraConfig
 from mas_orchestra.errors import SpecError
 from mas_orchestra.models import resolve_model, with_transient_retry
 from mas_orchestra.models.constraints import (
-    ConstrainedSetting,
     OrchestrationConstraint,
     bind_constraint,
     constraint_mode,
     reply_constrainer,
 )
 from mas_orchestra.offers import PoolError, with_pool, with_tools
-from mas_orchestra.prompt_templates import PromptTemplate, load_template
+from mas_orchestra.prompt_templates import load_template
 from mas_orchestra.prompts import orchestrator_messages
 from mas_orchestra.registry import AgentRegistry, offered_registry
 from mas_orchestra.runtime.execute import execute_events, with_deadline
@@ -46,7 +46,7 @@ from mas_orchestra.runtime.outcome import Outcome, RunRecord
 from mas_orchestra.runtime.threads import NO_RESUME, thread_events
 from mas_orchestra.runtime.usage import ORCHESTRATOR_TAG
 from mas_orchestra.settings import RunSettings
-from mas_orchestra.spec import Dom, GraphSpec, check_dom, parse_orchestration
+from mas_orchestra.spec import Dom, GraphSpec, parse_orchestration
 from mas_orchestra.spec.grammar import GrammarLimits
 from mas_orchestra.status import Status
 
@@ -63,68 +63,48 @@ class Orchestra:
     """Ask an orchestrator model for a multi-agent system, compile it and run it on sub-agent models.
 
     Model arguments take a ``BaseChatModel`` (any Runnable over messages) or a model string (``embedded``,
-    ``openai:gpt-4o-mini``, ``vllm:<model>@<url>``, ``hf:<path>``, ``python:module:attr``…). With a
-    ``checkpointer``, runs live on threads (``arun(question, thread_id=...)``) and resume where they stopped.
+    ``openai:gpt-4o-mini``, ``vllm:<model>@<url>``, ``hf:<path>``, ``python:module:attr``…). How the orchestrator
+    plans is one :class:`~mas_orchestra.config.OrchestraConfig`; how runs are bounded and retried is one
+    :class:`~mas_orchestra.settings.RunSettings`. With a ``checkpointer``, runs live on threads
+    (``arun(question, thread_id=...)``) and resume where they stopped.
 
     Args:
         orchestrator: The model that writes the orchestration (default ``embedded``).
         subagent: The model the sub-agents call, or a pool ``{"fast": model, "strong": model}``: with more than
             one model, every agent gets a ``model`` parameter naming one (default the first, or
-            ``subagent_defaults[kind]``).
-        dom: ``high`` (any DAG) or ``low`` (answer directly or delegate to one agent).
+            ``config.subagent_defaults[kind]``).
+        config: How the orchestrator plans: DoM, offered agents, constrained decoding and its grammar limits,
+            prompt template, orchestrator budget and temperature, strictness, pool defaults, caps, plain replies,
+            approval (default: its defaults).
+        settings: The bounds, retries, concurrency and rate limit of every run (default: its defaults).
         search: A search backend for WebSearchAgent nodes; without one, the orchestrator is not offered that
             agent.
-        settings: The bounds and retries of every run, a :class:`~mas_orchestra.settings.RunSettings` passed
-            whole (default: its defaults).
-        max_retries: Retries of transient model errors (exponential backoff and jitter); overrides ``settings``.
-        timeout: Seconds for a whole run; overrides ``settings``.
-        call_timeout: Seconds for one sub-agent call; overrides ``settings``.
-        max_concurrency: Model calls in flight; overrides ``settings``.
-        agents: Restricts the agent kinds offered to the orchestrator (names or aliases).
         registry: The agent registry (default: the built-in kinds and any registered ones).
-        checkpointer: Any LangGraph checkpointer, a path to a SQLite file (opened for each run; needs the
-            ``checkpoint`` extra) or a ``postgresql://`` URL (opened for each run, shared by any number of worker
-            processes; needs the ``postgres`` extra; see :mod:`mas_orchestra.runtime.postgres`).
-        interrupt_before_execute: Pause each run after orchestration (status ``interrupted``, the spec in
-            ``Outcome.interrupt``) until ``arun(question, thread_id=..., resume=...)`` approves, edits or
-            rejects it. Needs a ``checkpointer``.
-        orchestrator_temperature: Sampling temperature of the orchestrator call (default: the model's).
-        orchestrator_max_tokens: New tokens of the orchestrator call (512 when constrained, else the model's).
-        retry_initial_delay: Seconds before the first retry; overrides ``settings``.
-        requests_per_second: Rate limit of API models given as strings (LangChain's ``InMemoryRateLimiter``).
-        constrained: Decode the orchestration and the sub-agent replies under grammars generated from the
-            registry, so that the orchestration always parses and validates and replies always parse
-            (:mod:`mas_orchestra.models.constraints`). ``None`` (default): on for local models (embedded, hf:),
-            off for others; ``True``: on; ``False``: off; ``"auto"``: on where the backend can, off with a
-            logged warning elsewhere.
-        grammar_limits: Bounds what a constrained orchestration may contain (agents, text lengths).
-        prompt: The orchestrator's prompt template, a folder of message files (see
-            :mod:`mas_orchestra.prompt_templates`; e.g. one written by ``scripts/convert_original_prompts.py`` to
-            run a released checkpoint on the prompts it was trained on); ``None`` is ours.
-        strict: Any leniency the parser would apply to the orchestration (``spec.warnings``) makes it
-            ``invalid_spec`` instead.
         tools: LangChain tools (``@tool`` functions) offered through the ``ToolAgent`` kind: the prompt lists
             them, the orchestrator picks which tools each tool agent gets.
         mcp: MCP servers whose tools are offered the same way: a ``{"mcpServers": {...}}`` dict or JSON file;
             each server is started and its tools listed here.
-        subagent_defaults: The pool model each agent kind uses by default, e.g. ``{"debate": "strong"}``.
-        caps: The most a plan may ask of the sub-agents (:class:`~mas_orchestra.caps.SamplingCaps`); ``None``:
-            the sub-agent model's (:func:`~mas_orchestra.caps.caps_for_model`; over a pool the tightest). A text
-            plan above a cap runs at it with a ``capped_param`` warning.
-        plain_replies: Ask step-by-step attempts as one plain call of the model and read the reply as the answer;
-            ``None``: on when every sub-agent model asks plainly (the embedded model).
+        checkpointer: Any LangGraph checkpointer, a path to a SQLite file (opened for each run; needs the
+            ``checkpoint`` extra) or a ``postgresql://`` URL (opened for each run, shared by any number of worker
+            processes; needs the ``postgres`` extra; see :mod:`mas_orchestra.runtime.postgres`). With
+            ``config.interrupt_before_execute``, each run pauses after orchestration (status ``interrupted``, the
+            spec in ``Outcome.interrupt``) until ``arun(question, thread_id=..., resume=...)`` approves, edits or
+            rejects it.
 
     Raises:
-        ConstrainedDecodingError: ``constrained=True`` and a backend cannot decode under a grammar.
+        TypeError: ``config`` is not an ``OrchestraConfig`` or ``settings`` not a ``RunSettings``.
+        ConstrainedDecodingError: ``config.constrained=True`` and a backend cannot decode under a grammar.
         GrammarError: A registered kind has a parameter the grammar cannot express.
-        PromptTemplateError: ``prompt`` is not a usable template folder.
-        PoolError: ``subagent_defaults`` without a pool, or naming an unknown pool model.
+        PromptTemplateError: ``config.prompt`` is not a usable template folder.
+        PoolError: ``config.subagent_defaults`` without a pool, or naming an unknown pool model.
+        KeyError: ``config.agents`` names an unknown agent kind (the valid kinds are listed).
         McpServerError: An MCP server does not start or does not list its tools in time.
-        ValueError: ``interrupt_before_execute`` without a checkpointer, or an invalid ``dom`` or setting.
+        ValueError: ``config.interrupt_before_execute`` without a checkpointer.
 
     Example:
         ```python
-        orch = Orchestra(orchestrator="openai:gpt-4o-mini", subagent="openai:gpt-4o-mini", timeout=300)
+        orch = Orchestra("openai:gpt-4o-mini", "openai:gpt-4o-mini", config=OrchestraConfig(dom="low"),
+                         settings=RunSettings(timeout=300))
         outcome = orch.run("How many r's are in strawberry?")
         print(outcome.status.value, outcome.answer, outcome.usage.cost_usd)
         ```
@@ -134,102 +114,88 @@ class Orchestra:
         self,
         orchestrator: Any = "embedded",
         subagent: Any = "embedded",
-        dom: Dom = "high",
         *,
-        search: Any = None,
+        config: OrchestraConfig | None = None,
         settings: RunSettings | None = None,
-        max_retries: int | None = None,
-        timeout: float | None = None,
-        call_timeout: float | None = None,
-        max_concurrency: int | None = None,
-        agents: list[str] | None = None,
+        search: Any = None,
         registry: AgentRegistry | None = None,
-        checkpointer: Any = None,
-        interrupt_before_execute: bool = False,
-        orchestrator_temperature: float | None = None,
-        orchestrator_max_tokens: int | None = None,
-        retry_initial_delay: float | None = None,
-        requests_per_second: float | None = None,
-        constrained: ConstrainedSetting = None,
-        grammar_limits: GrammarLimits | None = None,
-        prompt: str | PromptTemplate | None = None,
-        strict: bool = False,
         tools: Iterable[Any] | None = None,
         mcp: Any = None,
-        subagent_defaults: Mapping[str, str] | None = None,
-        caps: SamplingCaps | None = None,
-        plain_replies: bool | None = None,
+        checkpointer: Any = None,
     ) -> None:
-        self.dom: Dom = check_dom(dom)
-        self.strict = bool(strict)
-        self.prompt_template = load_template(prompt, self.dom)  # a bad folder raises PromptTemplateError here
-        self.settings = RunSettings.of(
-            settings, timeout=timeout, call_timeout=call_timeout, max_retries=max_retries,
-            max_concurrency=max_concurrency, retry_initial_delay=retry_initial_delay,
-        )
+        if config is not None and not isinstance(config, OrchestraConfig):
+            raise TypeError(f"config must be an OrchestraConfig, got {type(config).__name__}")
+        #: How this Orchestra plans (see :class:`~mas_orchestra.config.OrchestraConfig`).
+        self.config: OrchestraConfig = config or OrchestraConfig()
+        config = self.config
+        self.dom: Dom = config.dom
+        self.strict = config.strict
+        self.prompt_template = load_template(config.prompt, self.dom)  # a bad folder raises PromptTemplateError
+        self.settings = RunSettings.of(settings)
         self.search = search
-        if interrupt_before_execute and checkpointer is None:
+        if config.interrupt_before_execute and checkpointer is None:
             raise ValueError("interrupt_before_execute=True needs a checkpointer (e.g. checkpointer='runs.sqlite')")
         self.checkpointer = checkpointer
-        self.interrupt_before_execute = interrupt_before_execute
-        self.registry = offered_registry(registry, search=search, agents=agents)
+        self.interrupt_before_execute = config.interrupt_before_execute
+        self.registry = offered_registry(registry, search=search, agents=config.agents)
         # Offered tools (MCP servers listed now, so one that does not start fails here) become the ToolAgent kind.
         self.tools: list[Any] = [*(tools or ()), *(load_mcp_tools(mcp, timeout=self.settings.call_timeout or
                                                                    DEFAULT_LIST_TIMEOUT) if mcp is not None else ())]
         self.registry = with_tools(self.registry, self.tools)
         # Model strings get the per-call timeout and the rate limiter at the HTTP client level.
-        resolve = {"timeout": self.settings.call_timeout, "requests_per_second": requests_per_second}
+        resolve = {"timeout": self.settings.call_timeout, "requests_per_second": self.settings.requests_per_second}
         self.orchestrator: Runnable = resolve_model(orchestrator, **resolve)
         pool = subagent if isinstance(subagent, Mapping) else {"default": subagent}
-        if subagent_defaults and not isinstance(subagent, Mapping):
+        if config.subagent_defaults and not isinstance(subagent, Mapping):
             raise PoolError("subagent_defaults needs a pool: subagent={'fast': ..., 'strong': ...}")
         #: The sub-agent models by pool name (one, named "default", when ``subagent`` is a single model).
         self.subagent_pool: dict[str, Runnable] = {
             name: self.orchestrator if model is orchestrator else resolve_model(model, **resolve)
             for name, model in pool.items()
         }
-        self.registry = with_pool(self.registry, self.subagent_pool, subagent_defaults)
+        self.registry = with_pool(self.registry, self.subagent_pool, config.subagent_defaults)
         # Sampling caps of the sub-agent models (the tightest over a pool: a node may run on any of them). The
         # uncapped registry reads text plans (so a value above a cap is capped with a warning, not refused); the
         # capped one is what the prompt lists, the grammar allows and the compiler builds from.
-        self.caps: SamplingCaps = caps if caps is not None else tightest_caps(
+        self.caps: SamplingCaps = config.caps if config.caps is not None else tightest_caps(
             caps_for_model(model) for model in self.subagent_pool.values()
         )
         self._reading_registry = self.registry
-        #: Step-by-step attempts asked as plain calls (see ``plain_replies`` above).
-        self.plain_replies: bool = bool(plain_replies) if plain_replies is not None else all(
+        #: Step-by-step attempts asked as plain calls (see ``OrchestraConfig.plain_replies``).
+        self.plain_replies: bool = config.plain_replies if config.plain_replies is not None else all(
             asks_plainly(model) for model in self.subagent_pool.values()
         )
         self.registry = capped_registry(self.registry, self.caps)
         self.subagent: Runnable = next(iter(self.subagent_pool.values()))
         self._orchestrator_kwargs: dict[str, Any] = {}
-        if orchestrator_temperature is not None:
-            self._orchestrator_kwargs["temperature"] = orchestrator_temperature
+        if config.orchestrator_temperature is not None:
+            self._orchestrator_kwargs["temperature"] = config.orchestrator_temperature
         # Constrained decoding: fail here, at construction, if a backend cannot do what was asked.
-        orchestrator_mode = constraint_mode(constrained, self.orchestrator)
-        pool_modes = {constraint_mode(constrained, model) for model in self.subagent_pool.values()}
+        orchestrator_mode = constraint_mode(config.constrained, self.orchestrator)
+        pool_modes = {constraint_mode(config.constrained, model) for model in self.subagent_pool.values()}
         # A mixed pool under the default setting: constrain none (the default is on for local models only).
         subagent_mode = pool_modes.pop() if len(pool_modes) == 1 else "off"
         for model in list(self.subagent_pool.values())[1:]:
             reply_constrainer(subagent_mode, model)  # a pool model that cannot be constrained fails here too
         self.orchestration_constraint: OrchestrationConstraint | None = None
         self._orchestrator_call: Runnable = self.orchestrator
+        max_tokens = config.orchestrator_max_tokens
         if orchestrator_mode != "off":
-            limits = self._grammar_limits(grammar_limits)
+            limits = self._grammar_limits(config.grammar_limits)
             self.orchestration_constraint = OrchestrationConstraint(
-                dom=dom, registry=self.registry, limits=limits, direct_answers=limits.direct_answer
+                dom=self.dom, registry=self.registry, limits=limits, direct_answers=limits.direct_answer
             )
             self.orchestration_constraint.grammar()  # a kind the grammar cannot express raises GrammarError now
-            if orchestrator_max_tokens is None:
-                orchestrator_max_tokens = DEFAULT_CONSTRAINED_MAX_TOKENS
+            if max_tokens is None:
+                max_tokens = DEFAULT_CONSTRAINED_MAX_TOKENS
             self._orchestrator_call = bind_constraint(
-                self.orchestrator, self.orchestration_constraint, max_tokens=orchestrator_max_tokens,
+                self.orchestrator, self.orchestration_constraint, max_tokens=max_tokens,
                 fallback=orchestrator_mode == "fallback",
             )
         self.constrain_reply = reply_constrainer(subagent_mode, self.subagent)
         self.constrained = {"orchestrator": orchestrator_mode, "subagent": subagent_mode}
-        if orchestrator_max_tokens is not None:
-            self._orchestrator_kwargs["max_tokens"] = orchestrator_max_tokens
+        if max_tokens is not None:
+            self._orchestrator_kwargs["max_tokens"] = max_tokens
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -441,9 +407,8 @@ class Orchestra:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _grammar_limits(self, given: GrammarLimits | None) -> GrammarLimits:
-        """The grammar's bounds: ``given`` (or the defaults) with at most the caps' ``max_agents`` agents."""
-        limits = given or GrammarLimits()
+    def _grammar_limits(self, limits: GrammarLimits) -> GrammarLimits:
+        """The grammar's bounds: ``limits`` with at most the caps' ``max_agents`` agents."""
         if self.caps.max_agents is not None and self.caps.max_agents < limits.max_agents:
             limits = replace(limits, max_agents=self.caps.max_agents)
         return limits

@@ -11,19 +11,21 @@ with ``Command(resume=...)`` (see :func:`review_decision`); an edited spec is va
 invalid, the same interrupt comes back with the problems listed.
 
 :class:`~mas_orchestra.runtime.Orchestra` runs this graph when it has a checkpointer; ``graphs/end_to_end.py``
-serves it (models and DoM from each run's ``configurable``).
+serves it (models, :class:`~mas_orchestra.config.OrchestraConfig` and settings from each run's LangGraph
+context).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import patch_config
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from agents.base import AgentResult, Usage, model_name_of
@@ -129,44 +131,47 @@ _CLEAN: dict[str, Any] = {
 
 
 def build_pipeline(
-    resolve: Callable[[RunnableConfig], PipelineRunner],
+    resolve: Callable[[Any], PipelineRunner],
     *,
     checkpointer: Any = None,
-    approval: Callable[[RunnableConfig], bool] | bool = False,
+    approval: Callable[[Any], bool] | bool = False,
     name: str = "mas-orchestra",
+    context_schema: type[Any] | None = None,
 ) -> CompiledStateGraph:
-    """Compile the end-to-end graph. ``resolve(config)`` gives the runner (an :class:`Orchestra`, any
-    :class:`~mas_orchestra.runtime.runner_protocol.PipelineRunner`) of a run.
+    """Compile the end-to-end graph. ``resolve(context)`` gives the runner (an :class:`Orchestra`, any
+    :class:`~mas_orchestra.runtime.runner_protocol.PipelineRunner`) of a run from its LangGraph context
+    (``graph.ainvoke(input, config, context=...)``; ``None`` when the run has none).
 
-    ``approval`` (a bool, or a function of the run's config) turns on the interrupt before ``execute``;
-    interrupts need a checkpointer (a LangGraph server supplies its own).
+    ``approval`` (a bool, or a function of the run's context) turns on the interrupt before ``execute``;
+    interrupts need a checkpointer (a LangGraph server supplies its own). ``context_schema`` is the graph's
+    LangGraph context schema: a dict context is validated into it before the run starts.
     """
 
-    def wants_approval(config: RunnableConfig) -> bool:
-        return approval(config) if callable(approval) else bool(approval)
+    def wants_approval(context: Any) -> bool:
+        return approval(context) if callable(approval) else bool(approval)
 
-    async def orchestrate(state: PipelineState, config: RunnableConfig) -> dict[str, Any]:
+    async def orchestrate(state: PipelineState, config: RunnableConfig, runtime: Runtime[Any]) -> dict[str, Any]:
         # An orchestrator failure raises: nothing is checkpointed for this step, so a resume retries it.
-        orchestra = resolve(config)
+        orchestra = resolve(runtime.context)
         text = await orchestra.aorchestrate(state["question"], callbacks=config.get("callbacks"))
         return {
-            "orchestration": text, "approval": wants_approval(config),
+            "orchestration": text, "approval": wants_approval(runtime.context),
             "setup": state.get("setup") or setup_of(orchestra),  # a served run records what it ran with
             # A new question on a thread that already ran (a served thread takes several runs) starts clean.
             **_CLEAN,
         }
 
-    def validate(state: PipelineState, config: RunnableConfig) -> dict[str, Any]:
+    def validate(state: PipelineState, runtime: Runtime[Any]) -> dict[str, Any]:
         try:
-            spec = resolve(config).parse(state["orchestration"])
+            spec = resolve(runtime.context).parse(state["orchestration"])
         except SpecError as exc:  # a final outcome: checkpointed, a resume returns it without re-asking
             return {"status": "invalid_spec", "error": str(exc), "spec": None, "spec_hash": None}
         return {"spec": spec.model_dump(mode="json"), "spec_hash": spec.spec_hash()}
 
-    def approve(state: PipelineState, config: RunnableConfig) -> dict[str, Any]:
+    def approve(state: PipelineState, runtime: Runtime[Any]) -> dict[str, Any]:
         if state.get("status") or not state.get("approval"):
             return {}
-        orchestra = resolve(config)
+        orchestra = resolve(runtime.context)
         spec = spec_from_data(state["spec"], registry=orchestra.registry)
         payload: dict[str, Any] = {
             "question": state["question"],
@@ -191,8 +196,8 @@ def build_pipeline(
             assert edited is not None
             return {"review": "edited", "spec": edited.model_dump(mode="json"), "spec_hash": edited.spec_hash()}
 
-    async def execute(state: PipelineState, config: RunnableConfig) -> dict[str, Any]:
-        orchestra = resolve(config)
+    async def execute(state: PipelineState, config: RunnableConfig, runtime: Runtime[Any]) -> dict[str, Any]:
+        orchestra = resolve(runtime.context)
         spec = spec_from_data(state["spec"], registry=orchestra.registry)
         try:
             graph = compile_spec(
@@ -224,11 +229,12 @@ def build_pipeline(
     def after_approve(state: PipelineState) -> str:
         return END if state.get("status") else "execute"
 
-    builder = StateGraph(PipelineState)
-    builder.add_node("orchestrate", orchestrate)
+    builder = StateGraph(PipelineState, context_schema=context_schema)
+    # LangGraph injects both the config and the runtime; its add_node overloads type one or the other.
+    builder.add_node("orchestrate", cast(Any, orchestrate))
     builder.add_node("validate", validate)
     builder.add_node("approve", approve)
-    builder.add_node("execute", execute)
+    builder.add_node("execute", cast(Any, execute))
     builder.add_edge(START, "orchestrate")
     builder.add_edge("orchestrate", "validate")
     builder.add_conditional_edges("validate", after_validate, ["approve", END])

@@ -139,7 +139,7 @@ def finished_nodes(checkpointer: Any, thread_id: str) -> dict[str, AgentResult]:
         Node id → result of every node that finished (in the execute subgraph's pending writes too).
     """
 
-    def no_runs(_config: Any) -> Any:
+    def no_runs(_context: Any) -> Any:
         raise RuntimeError("finished_nodes only reads a thread")
 
     graph = build_pipeline(no_runs, checkpointer=checkpointer)
@@ -173,7 +173,7 @@ async def thread_events(
     try:
         async with _saver(orchestra.checkpointer) as saver:
             graph = build_pipeline(
-                lambda _config: orchestra, checkpointer=saver, approval=orchestra.interrupt_before_execute
+                lambda _context: orchestra, checkpointer=saver, approval=orchestra.interrupt_before_execute
             )
             config: dict[str, Any] = {
                 "configurable": {"thread_id": thread_id},

@@ -35,10 +35,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from mas_orchestra.config import OrchestraConfig
 from mas_orchestra.errors import MasOrchestraError, SpecError
 from mas_orchestra.models.policy import ModelNotAllowedError, ModelPolicy, keyless
 from mas_orchestra.runtime import Orchestra
 from mas_orchestra.runtime.threads import NO_RESUME
+from mas_orchestra.settings import RunSettings
 from mas_orchestra.spec import GraphSpec, spec_from_data
 from mas_orchestra.studio.calls import CallCollector
 from mas_orchestra.studio.common import StudioInputError
@@ -110,11 +112,15 @@ def build_orchestra(request: RunRequest, db: Path, *, policy: ModelPolicy, max_r
             raise StudioInputError(str(exc), status=403) from None
     timeout = min(request.timeout or max_run_timeout_s, max_run_timeout_s)
     try:
+        config = OrchestraConfig(
+            dom=request.dom, agents=tuple(request.agents) if request.agents is not None else None,
+            interrupt_before_execute=request.approval, constrained=_CONSTRAINED[request.constrained],
+        )
+        bounds = {"timeout": timeout, "call_timeout": request.call_timeout, "max_retries": request.retries}
+        settings = RunSettings.model_validate({k: v for k, v in bounds.items() if v is not None})
         return Orchestra(
             keyless(request.orchestrator, request.call_timeout), keyless(request.subagent, request.call_timeout),
-            request.dom, agents=request.agents, checkpointer=str(db),
-            interrupt_before_execute=request.approval, constrained=_CONSTRAINED[request.constrained],
-            timeout=timeout, call_timeout=request.call_timeout, max_retries=request.retries,
+            config=config, settings=settings, checkpointer=str(db),
         )
     except (MasOrchestraError, ValueError, TypeError, KeyError, ImportError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)

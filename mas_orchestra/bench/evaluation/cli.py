@@ -26,16 +26,6 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return value
-
-
 def _default_out(data: str) -> Path:
     stem = Path(data).stem
     if is_official_source(data):
@@ -59,21 +49,29 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     print(f"run directory: {out}", file=info, flush=True)
     from mas_orchestra.bench.evaluation.runner import evaluate
     from mas_orchestra.bench.evaluation.summary import format_summary
+    from mas_orchestra.config import OrchestraConfig
     from mas_orchestra.offers import subagent_from_args
+    from mas_orchestra.runtime.cli import settings_from_args
+    from mas_orchestra.spec.grammar import GrammarLimits
 
     errors = _input_errors()
     try:
+        limits = {"direct_answer": not args.no_direct_answer}
+        if args.max_agents is not None:
+            limits["max_agents"] = args.max_agents
+        config = OrchestraConfig(
+            dom=args.dom, orchestrator_temperature=args.temperature, constrained=args.constrained,
+            agents=tuple(a.strip() for a in args.agents.split(",") if a.strip()) if args.agents else None,
+            grammar_limits=GrammarLimits(**limits), orchestrator_max_tokens=args.max_tokens, strict=args.strict,
+            prompt=args.prompt, whole_response_fallback=args.whole_response_fallback,
+        )
+        kwargs = {} if args.concurrency is None else {"concurrency": args.concurrency}  # else aevaluate's default
         summary = evaluate(
-            args.data, orchestrator=args.orchestrator, subagent=subagent_from_args(args.subagent), dom=args.dom,
-            samples=args.samples,
-            limit=args.limit, concurrency=args.concurrency, grader=args.grader, judge=args.judge_model,
-            out_dir=out, timeout=args.timeout, baseline=args.baseline, search=args.search,
-            progress=not args.no_progress and sys.stderr.isatty(), temperature=args.temperature,
-            force=args.force, constrained=args.constrained,
-            agents=[a.strip() for a in args.agents.split(",") if a.strip()] if args.agents else None,
-            max_agents=args.max_agents, max_tokens=args.max_tokens, strict=args.strict, prompt=args.prompt,
-            whole_response_fallback=args.whole_response_fallback, control=args.control,
-            direct_answer=not args.no_direct_answer,
+            args.data, orchestrator=args.orchestrator, subagent=subagent_from_args(args.subagent), config=config,
+            settings=settings_from_args(args), samples=args.samples, limit=args.limit, grader=args.grader,
+            judge=args.judge_model, out_dir=out, baseline=args.baseline, search=args.search,
+            progress=not args.no_progress and sys.stderr.isatty(), force=args.force, control=args.control,
+            **kwargs,
         )
     except errors as exc:
         # KeyError's str() quotes its message (an unknown agent kind in --agents); print the message itself.
@@ -116,11 +114,11 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--dom", choices=["high", "low"], default="high", help="degree of MAS (default high)")
     p.add_argument("--samples", type=_positive_int, default=1, help="runs per question, k of avg@k (default 1)")
     p.add_argument("--limit", type=_positive_int, default=None, help="evaluate only the first N rows")
-    p.add_argument("--concurrency", type=_positive_int, default=8, help="question-samples in flight (default 8)")
+    p.add_argument("--concurrency", type=_positive_int, default=None,
+                   help="question-samples in flight (default: aevaluate's, 8)")
     p.add_argument("--grader", choices=GRADERS, default="math", help="how answers are graded (default math)")
     p.add_argument("--judge-model", default=None, help="model string of the judge for --grader judge")
     p.add_argument("--out", default=None, help="run directory (default runs/<data-stem>-<timestamp>)")
-    p.add_argument("--timeout", type=_positive_float, default=None, help="bound on one run, seconds")
     p.add_argument("--baseline", choices=BASELINE_KINDS, default=None,
                    help="run this single-agent block instead of an orchestrator")
     p.add_argument("--search", default=None, help="search backend: bm25:<corpus.jsonl> | ddg | tavily")
@@ -130,12 +128,13 @@ def add_cli(sub: Any) -> None:
                    help="comma list of agent kinds offered to the orchestrator, e.g. cot,reflexion (default: all; "
                         "use the kinds a trained orchestrator was trained with)")
     p.add_argument("--max-agents", type=_positive_int, default=None,
-                   help="most agents a constrained orchestration may declare (default 4)")
+                   help="most agents a constrained orchestration may declare (default: GrammarLimits')")
     p.add_argument("--max-tokens", type=_positive_int, default=None,
                    help="orchestrator tokens per orchestration (default 512 when constrained; evaluate a trained "
                         "orchestrator with its max_completion_length)")
-    from mas_orchestra.runtime.cli import add_constrained_flag, add_fidelity_flags
+    from mas_orchestra.runtime.cli import add_constrained_flag, add_fidelity_flags, add_settings_flags
 
+    add_settings_flags(p, concurrency=False, rps=False, grade_timeout=True)
     add_constrained_flag(p)
     add_fidelity_flags(p)
     p.add_argument("--whole-response-fallback", action="store_true",

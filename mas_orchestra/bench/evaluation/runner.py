@@ -39,10 +39,10 @@ from mas_orchestra.bench.evaluation.storage import (
 )
 from mas_orchestra.bench.evaluation.summary import summarize
 from mas_orchestra.bench.masbench.official import is_official_source
+from mas_orchestra.config import OrchestraConfig
 from mas_orchestra.errors import MissingExtraError, install_command
 from mas_orchestra.registry import BASELINE_DEBATE_ROLES
 from mas_orchestra.settings import RunSettings
-from mas_orchestra.spec import check_dom
 
 __all__ = ["aevaluate", "evaluate"]
 
@@ -91,46 +91,31 @@ def _make_runner(
     *,
     orchestrator: Any,
     subagent: Any,
-    dom: str,
+    config: OrchestraConfig,
     baseline: str | None,
     search: Any,
     settings: RunSettings,
-    temperature: float | None,
     models: _ModelCache,
-    constrained: Any = None,
-    agents: list[str] | None = None,
-    max_agents: int | None = None,
-    direct_answer: bool = True,
-    max_tokens: int | None = None,
-    strict: bool = False,
-    prompt: Any = None,
     control: str | None = None,
 ) -> Runner:
     """One Orchestra (or one resolved sub-agent model for a baseline), reused for every question."""
     from mas_orchestra.runtime import Orchestra, execute_spec
-    from mas_orchestra.spec.grammar import GrammarLimits
 
     pool = {name: models(m) for name, m in subagent.items()} if isinstance(subagent, Mapping) else None
     sub_model = next(iter(pool.values())) if pool else models(subagent)
     if baseline:
-        spec = _baseline_spec(baseline, temperature)
+        spec = _baseline_spec(baseline, config.orchestrator_temperature)
 
         async def run_baseline(question: str) -> Any:
             return await execute_spec(spec, question, model=sub_model, search=search, settings=settings,
-                                      constrained=constrained)
+                                      constrained=config.constrained)
 
         return run_baseline
-    orchestra = Orchestra(
-        models(orchestrator), pool or sub_model, dom,  # type: ignore[arg-type]
-        search=search, settings=settings, orchestrator_temperature=temperature, constrained=constrained,
-        agents=agents, grammar_limits=GrammarLimits(max_agents=max_agents or GrammarLimits.max_agents,
-                                                    direct_answer=direct_answer),
-        orchestrator_max_tokens=max_tokens, strict=strict, prompt=prompt,
-    )
+    orchestra = Orchestra(models(orchestrator), pool or sub_model, config=config, settings=settings, search=search)
     if control is not None:
         from mas_orchestra.bench.evaluation.controls import control_runner
 
-        return control_runner(orchestra, control, constrained=constrained)
+        return control_runner(orchestra, control, constrained=config.constrained)
     return orchestra.arun
 
 
@@ -179,14 +164,15 @@ def _progress_bar(total: int, initial: int, enabled: bool) -> Any:
 
 
 def _check_arguments(
-    grader: str, dom: str, samples: int, concurrency: int, baseline: str | None, limit: int | None, judge: Any,
+    grader: str, samples: int, concurrency: int, baseline: str | None, limit: int | None, judge: Any,
+    config: Any, settings: Any,
 ) -> None:
+    if config is not None and not isinstance(config, OrchestraConfig):
+        raise EvalInputError(f"config must be an OrchestraConfig, got {type(config).__name__}")
+    if settings is not None and not isinstance(settings, RunSettings):
+        raise EvalInputError(f"settings must be a RunSettings, got {type(settings).__name__}")
     if grader not in GRADERS:
         raise EvalInputError(f"unknown grader {grader!r}; valid graders: {', '.join(GRADERS)}")
-    try:
-        check_dom(dom)
-    except ValueError as exc:
-        raise EvalInputError(str(exc)) from None
     for name, value in (("samples", samples), ("concurrency", concurrency)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise EvalInputError(f"{name} must be an integer >= 1, got {value!r}")
@@ -205,34 +191,21 @@ async def aevaluate(
     *,
     orchestrator: Any = None,
     subagent: Any,
-    dom: str = "high",
+    config: OrchestraConfig | None = None,
+    settings: RunSettings | None = None,
+    out_dir: str | os.PathLike[str],
     samples: int = 1,
     concurrency: int = 8,
     grader: str = "math",
     judge: Any = None,
-    out_dir: str | os.PathLike[str],
-    timeout: float | None = None,
     baseline: str | None = None,
     search: Any = None,
-    progress: bool = True,
-    temperature: float | None = None,
-    limit: int | None = None,
-    force: bool = False,
-    data_name: str | None = None,
-    max_retries: int | None = None,
-    call_timeout: float | None = None,
-    grade_timeout: float = 10.0,
-    plot: bool = True,
-    constrained: Any = None,
-    settings: RunSettings | None = None,
-    agents: list[str] | None = None,
-    max_agents: int | None = None,
-    direct_answer: bool = True,
-    max_tokens: int | None = None,
-    strict: bool = False,
-    prompt: str | os.PathLike[str] | None = None,
-    whole_response_fallback: bool = False,
     control: str | None = None,
+    limit: int | None = None,
+    data_name: str | None = None,
+    force: bool = False,
+    progress: bool = True,
+    plot: bool = True,
 ) -> dict[str, Any]:
     """Evaluate ``rows`` (a JSONL path or dicts) and return the summary (also written to ``out_dir``).
 
@@ -243,36 +216,26 @@ async def aevaluate(
         rows: A JSONL path, a ``masbench-official:…`` source or an iterable of ``{id, question, answer}`` dicts.
         orchestrator: Model string or chat model (default ``embedded``); unused when ``baseline`` names a block.
         subagent: Model string or chat model of the sub-agents (or a pool, as ``Orchestra`` takes it).
-        dom: ``high`` or ``low``.
+        config: How the orchestrator plans, as :class:`~mas_orchestra.runtime.Orchestra` takes it (DoM, offered
+            agents, constrained decoding and grammar limits, orchestrator budget and temperature, strictness,
+            prompt, whole-response fallback); a baseline block uses its ``orchestrator_temperature`` and
+            ``constrained``.
+        settings: The bounds and retries of each run and the grading timeout
+            (:class:`~mas_orchestra.settings.RunSettings`).
+        out_dir: Where ``results.jsonl``, ``summary.json``, ``config.json`` and ``pareto.png`` go.
         samples: Runs per question.
         concurrency: Question-samples running at once.
         grader: ``math``, ``exact``, ``f1``, ``mcq`` or ``judge``.
         judge: The judge model (model string or chat model) for ``grader="judge"``.
-        out_dir: Where ``results.jsonl``, ``summary.json``, ``config.json`` and ``pareto.png`` go.
-        timeout: Seconds for one run; overrides ``settings``.
         baseline: Run one block (``cot``, ``sc``, ``debate``, ``reflexion``, ``search``) without an orchestrator.
         search: A search backend or a backend string (``bm25:<corpus.jsonl>``, ``ddg``, ``tavily``).
-        progress: Show a progress bar (needs tqdm).
-        temperature: The orchestrator's (or the baseline block's) sampling temperature.
-        limit: Keep the first rows only.
-        force: Accept an ``out_dir`` written with other identity arguments.
-        data_name: Names in-memory rows in ``config.json`` (a path names itself).
-        max_retries: Retries of transient model errors; overrides ``settings``.
-        call_timeout: Seconds for one sub-agent call; overrides ``settings``.
-        grade_timeout: Seconds Math-Verify may spend on one answer.
-        plot: Write ``pareto.png`` (``False`` skips it).
-        constrained: Constrained decoding, as :class:`~mas_orchestra.runtime.Orchestra` takes it.
-        settings: The bounds and retries of each run (:class:`~mas_orchestra.settings.RunSettings`).
-        agents: Restricts the kinds offered to the orchestrator (as ``Orchestra(agents=...)``).
-        max_agents: Caps a constrained orchestration's agents.
-        direct_answer: A constrained high-DoM orchestration may be a direct answer (``False`` for an orchestrator
-            trained without that option, as training's grammar is).
-        max_tokens: The orchestrator's budget per orchestration (a trained one's ``max_completion_length``).
-        strict: Any parser leniency makes a run ``invalid_spec`` (see :class:`~mas_orchestra.spec.SpecWarning`).
-        prompt: The orchestrator's prompt template folder (:mod:`mas_orchestra.prompt_templates`; ``None``: ours).
-        whole_response_fallback: Grade an orchestration with no agent and no ``<answer>`` on its whole text.
         control: A causal control applied to every plan before it runs, ``"ablate-wiring"`` or
             ``"random-graph"`` (:mod:`mas_orchestra.bench.evaluation.controls`; high DoM, no baseline).
+        limit: Keep the first rows only.
+        data_name: Names in-memory rows in ``config.json`` (a path names itself).
+        force: Accept an ``out_dir`` written with other identity arguments.
+        progress: Show a progress bar (needs tqdm).
+        plot: Write ``pareto.png`` (``False`` skips it).
 
     Returns:
         The summary (see :func:`~mas_orchestra.bench.evaluation.summarize`).
@@ -284,11 +247,10 @@ async def aevaluate(
         ValueError: A malformed model or backend string.
     """
     started = time.perf_counter()
-    _check_arguments(grader, dom, samples, concurrency, baseline, limit, judge)
-    try:
-        settings = RunSettings.of(settings, timeout=timeout, max_retries=max_retries, call_timeout=call_timeout)
-    except ValueError as exc:  # an eval reports every bad argument as EvalInputError (the CLI's exit 2)
-        raise EvalInputError(str(exc)) from None
+    _check_arguments(grader, samples, concurrency, baseline, limit, judge, config, settings)
+    config = config or OrchestraConfig()
+    settings = settings or RunSettings()
+    dom = config.dom
     if baseline == "search" and search is None:
         raise EvalInputError("baseline 'search' needs a search backend: --search bm25:<corpus.jsonl>|ddg|tavily")
     check_control(control, dom, baseline)
@@ -304,7 +266,7 @@ async def aevaluate(
         orchestrator = "embedded"
     orch_label = None if baseline else model_label(orchestrator)
     now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    config: dict[str, Any] = {
+    identity: dict[str, Any] = {
         "version": CONFIG_VERSION,
         # A pool is part of the label, so that the Pareto plot tells pools apart.
         "label": _run_label(baseline, orch_label) + (f" pool[{','.join(subagent)}]" if isinstance(subagent, Mapping)
@@ -322,17 +284,17 @@ async def aevaluate(
         "rows": len(plan_rows),
         "concurrency": concurrency,
         "timeout": settings.timeout,
-        "temperature": temperature,
-        "constrained": constrained,
-        "agents": list(agents) if agents else None,
-        "max_agents": max_agents,
-        "direct_answer": None if direct_answer else False,
-        "max_tokens": max_tokens,
-        "strict": True if strict else None,
-        "prompt": str(Path(prompt).resolve()) if prompt is not None else None,
-        "whole_response_fallback": True if whole_response_fallback else None,
+        "temperature": config.orchestrator_temperature,
+        "constrained": config.constrained,
+        "agents": list(config.agents) if config.agents else None,
+        "max_agents": config.grammar_limits.max_agents,
+        "direct_answer": None if config.grammar_limits.direct_answer else False,
+        "max_tokens": config.orchestrator_max_tokens,
+        "strict": True if config.strict else None,
+        "prompt": str(Path(config.prompt).resolve()) if config.prompt is not None else None,
+        "whole_response_fallback": True if config.whole_response_fallback else None,
         "control": control,
-        "grade_timeout": grade_timeout,
+        "grade_timeout": settings.grade_timeout,
         "created": now,
         "updated": now,
     }
@@ -340,8 +302,8 @@ async def aevaluate(
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / RESULTS_FILE
     with _dir_lock(out):
-        config = _check_config(out, config, force)
-        _write_json(out / CONFIG_FILE, config)
+        identity = _check_config(out, identity, force)
+        _write_json(out / CONFIG_FILE, identity)
         _cut_partial_tail(results_path)
         done = read_results(results_path)
         plan = [(row, s) for row in plan_rows for s in range(samples)]
@@ -350,14 +312,11 @@ async def aevaluate(
                  len(pending))
         if pending:
             await _run_pending(
-                pending, plan, done, results_path, orchestrator=orchestrator, subagent=subagent, dom=dom,
-                baseline=baseline, search=search, settings=settings, temperature=temperature,
-                concurrency=concurrency, grader=grader, judge=judge, grade_timeout=grade_timeout,
-                progress=progress, constrained=constrained, agents=agents, max_agents=max_agents,
-                max_tokens=max_tokens, strict=strict, prompt=prompt, whole_response_fallback=whole_response_fallback,
-                control=control, direct_answer=direct_answer,
+                pending, plan, done, results_path, orchestrator=orchestrator, subagent=subagent, config=config,
+                baseline=baseline, search=search, settings=settings, concurrency=concurrency, grader=grader,
+                judge=judge, progress=progress, control=control,
             )
-        summary = summarize(read_results(results_path).values(), config=config,
+        summary = summarize(read_results(results_path).values(), config=identity,
                             elapsed_s=time.perf_counter() - started)
         summary["out_dir"] = str(out)
         _write_json(out / SUMMARY_FILE, summary)
@@ -379,24 +338,14 @@ async def _run_pending(
     *,
     orchestrator: Any,
     subagent: Any,
-    dom: str,
+    config: OrchestraConfig,
     baseline: str | None,
     search: Any,
     settings: RunSettings,
-    temperature: float | None,
     concurrency: int,
     grader: str,
     judge: Any,
-    grade_timeout: float,
     progress: bool,
-    constrained: Any = None,
-    agents: list[str] | None = None,
-    max_agents: int | None = None,
-    direct_answer: bool = True,
-    max_tokens: int | None = None,
-    strict: bool = False,
-    prompt: Any = None,
-    whole_response_fallback: bool = False,
     control: str | None = None,
 ) -> None:
     from mas_orchestra.bench.grading import agrade
@@ -410,11 +359,10 @@ async def _run_pending(
         search = make_backend(search, cache_path=environment.search_cache_path())
     judge_model = models(judge) if grader == "judge" else None
     runner = _make_runner(
-        orchestrator=orchestrator, subagent=subagent, dom=dom, baseline=baseline, search=search, settings=settings,
-        temperature=temperature, models=models, constrained=constrained, agents=agents, max_agents=max_agents,
-        direct_answer=direct_answer,
-        max_tokens=max_tokens, strict=strict, prompt=prompt, control=control,
+        orchestrator=orchestrator, subagent=subagent, config=config, baseline=baseline, search=search,
+        settings=settings, models=models, control=control,
     )
+    grade_timeout = settings.grade_timeout
     deadline = grade_timeout + _GRADE_SLACK_S
 
     async def grade(answer: str | None, row: Mapping[str, Any]) -> tuple[bool, str | None]:
@@ -452,7 +400,7 @@ async def _run_pending(
                 log.warning("run %s/%d raised %r", row["id"], sample, exc)
                 outcome = _failed_outcome(row["question"], exc)
             answer, source = outcome.answer, None
-            if answer is None and whole_response_fallback:
+            if answer is None and config.whole_response_fallback:
                 answer = whole_response_answer(outcome.status, outcome.error, outcome.orchestration or "")
                 source = "whole_response" if answer is not None else None
             correct, grade_error = await grade(answer, row)

@@ -29,13 +29,14 @@ package never imports ``math_verify``).
 """
 
 from mas_orchestra.bench.grading.answers import extract_boxed, extract_choice, normalize_answer, parse_judge_reply
-from mas_orchestra.bench.grading.kinds import F1_PASS, VALID_KINDS, Truth, agrade, grade, score
+from mas_orchestra.bench.grading.kinds import F1_PASS, VALID_KINDS, Truth, agrade, default_grade_timeout, grade, score
 
 __all__ = [
     "F1_PASS",
     "VALID_KINDS",
     "Truth",
     "agrade",
+    "default_grade_timeout",
     "extract_boxed",
     "extract_choice",
     "grade",

@@ -21,10 +21,20 @@ from mas_orchestra.bench.grading.answers import (
 )
 from mas_orchestra.bench.grading.bounded import verify_bounded
 
-__all__ = ["F1_PASS", "VALID_KINDS", "Truth", "agrade", "grade", "score"]
+__all__ = ["F1_PASS", "VALID_KINDS", "Truth", "agrade", "default_grade_timeout", "grade", "score"]
 
 VALID_KINDS: tuple[str, ...] = ("math", "exact", "f1", "mcq", "judge")
 F1_PASS = 0.8
+
+
+def default_grade_timeout() -> float:
+    """Seconds Math-Verify may take on one answer when the caller gives none: ``RunSettings.grade_timeout``'s
+    default (read from the field, imported here only when needed: ``mas-orchestra --help`` loads no pydantic)."""
+    from mas_orchestra.settings import RunSettings
+
+    return float(RunSettings.model_fields["grade_timeout"].default)
+
+
 Truth = str | Sequence[str]
 
 
@@ -95,7 +105,7 @@ def grade(
     *,
     question: str | None = None,
     judge: Any = None,
-    timeout: float = 5.0,
+    timeout: float | None = None,
 ) -> bool:
     """Whether ``prediction`` answers correctly; see the module docstring for each kind.
 
@@ -107,7 +117,8 @@ def grade(
         question: The question (required for ``kind="judge"``).
         judge: The judge chat model (required for ``kind="judge"``); errors it raises propagate (an API
             failure is not a wrong answer).
-        timeout: Seconds Math-Verify may take (not counting a worker's one-off start-up); a check that runs out
+        timeout: Seconds Math-Verify may take (not counting a worker's one-off start-up; ``None``:
+            :func:`default_grade_timeout`); a check that runs out
             of time grades False.
 
     Returns:
@@ -121,7 +132,7 @@ def grade(
     truths = _check(truth, kind)
     prediction = "" if prediction is None else str(prediction)
     if kind == "math":
-        return _grade_math(prediction, truths, timeout)
+        return _grade_math(prediction, truths, default_grade_timeout() if timeout is None else timeout)
     if kind == "judge":
         if question is None or judge is None:
             raise ValueError("kind='judge' needs question= and judge=")
@@ -145,7 +156,7 @@ def score(
     *,
     question: str | None = None,
     judge: Any = None,
-    timeout: float = 5.0,
+    timeout: float | None = None,
 ) -> float:
     """A number in [0, 1]: token F1 for ``kind="f1"``, else 1.0 if :func:`grade` says correct and 0.0 otherwise.
 
@@ -156,7 +167,7 @@ def score(
         kind: A grading kind (see :func:`grade`).
         question: The question (``kind="judge"``).
         judge: The judge chat model (``kind="judge"``).
-        timeout: Seconds Math-Verify may take.
+        timeout: Seconds Math-Verify may take (``None``: :func:`default_grade_timeout`).
 
     Returns:
         The score.
@@ -180,7 +191,7 @@ async def agrade(
     *,
     question: str | None = None,
     judge: Any = None,
-    timeout: float = 5.0,
+    timeout: float | None = None,
 ) -> bool:
     """Async :func:`grade`: the judge is awaited through ``ainvoke`` (if it has one).
 
@@ -192,7 +203,7 @@ async def agrade(
         kind: A grading kind (see :func:`grade`).
         question: The question (``kind="judge"``).
         judge: The judge chat model (``kind="judge"``).
-        timeout: Seconds Math-Verify may take.
+        timeout: Seconds Math-Verify may take (``None``: :func:`default_grade_timeout`).
 
     Returns:
         Whether the prediction is correct.
