@@ -276,78 +276,16 @@ class OrchestraGRPOConfig(GRPOConfig):
             self.shared_prefix = not hardware.cuda
 
     def validate(self) -> None:
-        """Check every value of ours and the GRPO values we rely on.
+        """Check every value of ours and the GRPO values we rely on (:func:`training.config_checks.problems`).
 
         Raises:
             TrainingConfigError: naming every bad field, its value and what would be valid.
         """
-        problems = []
+        from training.config_checks import problems
 
-        def choice(name: str, valid: tuple[str, ...]) -> None:
-            if getattr(self, name) not in valid:
-                problems.append(f"{name}={getattr(self, name)!r}: valid values are {', '.join(valid)}")
-
-        choice("dom", ("high", "low"))
-        choice("grader", VALID_KINDS)
-        choice("cost_metric", ("subagent_calls", "total_tokens", "cost_usd"))
-        choice("cost_reward", ("linear", "group"))
-        if self.partial_credit_weight and not 0 < self.partial_credit_weight < self.final_answer_weight:
-            problems.append(f"partial_credit_weight={self.partial_credit_weight!r}: must be in [0, "
-                            f"final_answer_weight={self.final_answer_weight!r})")
-        if self.cost_reward == "group" and not 0 <= self.cost_weight < 1:
-            problems.append(f"cost_weight={self.cost_weight!r}: with cost_reward group it must be in [0, 1), so a "
-                            "correct answer always outscores a wrong one")
-        for name, parse in (("subagent", lambda: self.subagent_pool), ("subagent_defaults",
-                            lambda: self.subagent_default_map), ("prices", lambda: self.price_table)):
-            try:
-                parse()
-            except ValueError as exc:
-                problems.append(f"{name}: {exc}")
-        reporters = [self.report_to] if isinstance(self.report_to, str) else list(self.report_to or [])
-        if any(r not in ("none", "tensorboard", "wandb") for r in reporters):
-            problems.append(f"report_to={self.report_to!r}: valid values are none, tensorboard, wandb")
-        choice("vllm_mode", ("colocate", "server"))
-        for name in ("max_steps", "num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
-                     "max_completion_length", "lora_r", "lora_alpha", "reward_concurrency",
-                     "vllm_tensor_parallel_size", "checkpoint_every_n_layers", "eval_steps", "val_samples"):
-            if (getattr(self, name) or 0) < 1:
-                problems.append(f"{name}={getattr(self, name)!r}: must be >= 1")
-        for name in ("logging_steps", "save_steps"):  # below 1: a share of max_steps (TrainingArguments)
-            if not getattr(self, name) > 0:
-                problems.append(f"{name}={getattr(self, name)!r}: must be > 0 (>= 1: every N steps)")
-        if self.eval_steps and self.eval_steps != int(self.eval_steps):
-            problems.append(f"eval_steps={self.eval_steps!r}: must be a whole number of steps")
-        if (self.num_generations or 0) < 2:
-            problems.append("num_generations must be >= 2 (GRPO compares completions within a group)")
-        completions = self.per_device_train_batch_size * self.gradient_accumulation_steps
-        if self.num_generations and completions % self.num_generations:
-            problems.append(
-                f"per_device_train_batch_size x gradient_accumulation_steps = {completions} completions per device "
-                f"and step must be a multiple of num_generations={self.num_generations}"
-            )
-        if self.reward_timeout <= 0:
-            problems.append("reward_timeout must be > 0")
-        if not 0 < self.vllm_gpu_memory_utilization <= 1:
-            problems.append("vllm_gpu_memory_utilization must be in (0, 1]")
-        if self.vllm_mode == "server" and self.use_vllm and not self.vllm_server_base_url:
-            problems.append("--vllm-mode server needs --vllm-server-base-url")
-        if self.grader == "judge" and not self.judge:
-            problems.append("--grader judge needs --judge <model string>")
-        if self.agent_kinds is not None:
-            from mas_orchestra.registry import default_registry
-
-            unknown = [name for name in self.agent_kinds if name not in default_registry]
-            if unknown:
-                problems.append(f"agents: unknown kind(s) {', '.join(unknown)}; valid: "
-                                f"{', '.join(k.name for k in default_registry.kinds())}")
-        if self.limit is not None and self.limit < 1:
-            problems.append("limit must be >= 1")
-        if self.val_limit is not None and self.val_limit < 1:
-            problems.append("val_limit must be >= 1")
-        if self.val_temperature < 0:
-            problems.append("val_temperature must be >= 0 (0 = greedy)")
-        if problems:
-            raise TrainingConfigError("bad training config: " + "; ".join(problems))
+        found = problems(self)
+        if found:
+            raise TrainingConfigError("bad training config: " + "; ".join(found))
 
     # -- derived ---------------------------------------------------------------------------------------------
 
@@ -390,14 +328,6 @@ class OrchestraGRPOConfig(GRPOConfig):
         target = self.lora_target.strip()
         return target if target == "all-linear" else [t.strip() for t in target.split(",") if t.strip()]
 
-
-def _resume_text(value: Any) -> str | None:
-    """``resume_from_checkpoint`` as None (fresh), ``'last'`` or a checkpoint path (recipes may say true/false)."""
-    if value is None or value is False:
-        return None
-    text = "last" if value is True else str(value).strip()
-    return None if text.lower() in _FALSE else "last" if text.lower() in _TRUE else text
-
     def orchestra_config(self) -> Any:
         """How the orchestrator being trained plans, as the reward, an ``Orchestra`` and an eval take it.
 
@@ -426,6 +356,14 @@ def _resume_text(value: Any) -> str | None:
 
         return RunSettings(timeout=float(self.reward_timeout), call_timeout=self.call_timeout,
                            max_retries=self.max_retries)
+
+
+def _resume_text(value: Any) -> str | None:
+    """``resume_from_checkpoint`` as None (fresh), ``'last'`` or a checkpoint path (recipes may say true/false)."""
+    if value is None or value is False:
+        return None
+    text = "last" if value is True else str(value).strip()
+    return None if text.lower() in _FALSE else "last" if text.lower() in _TRUE else text
 
 
 # -- parsing -----------------------------------------------------------------------------------------------
