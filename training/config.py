@@ -33,7 +33,7 @@ from trl import GRPOConfig, TrlParser
 
 from mas_orchestra.bench.grading import VALID_KINDS
 from mas_orchestra.errors import MasOrchestraError
-from training import pools
+from training import config_checks, pools
 
 __all__ = ["AUTO_FIELDS", "RENAMED", "Hardware", "OrchestraGRPOConfig", "TrainingConfigError", "build_parser",
            "detect_hardware", "parse_config"]
@@ -281,9 +281,7 @@ class OrchestraGRPOConfig(GRPOConfig):
         Raises:
             TrainingConfigError: naming every bad field, its value and what would be valid.
         """
-        from training.config_checks import problems
-
-        found = problems(self)
+        found = config_checks.problems(self)
         if found:
             raise TrainingConfigError("bad training config: " + "; ".join(found))
 

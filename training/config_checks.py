@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from mas_orchestra.bench.grading import VALID_KINDS
-
-if TYPE_CHECKING:
-    from training.config import OrchestraGRPOConfig
 
 __all__ = ["problems"]
 
 
-def problems(cfg: OrchestraGRPOConfig) -> list[str]:
+def problems(cfg: Any) -> list[str]:
     """What is wrong with ``cfg``: one line per bad field (its name, its value, what would be valid).
 
     Args:
-        cfg: The config, with its ``auto`` options already resolved.
+        cfg: The :class:`~training.config.OrchestraGRPOConfig`, with its ``auto`` options already resolved.
 
     Returns:
         The problems; empty when every value is valid.
