@@ -123,6 +123,13 @@ def tiny_random_model(cache_dir: str | Path | None = None) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{_TINY_DIR}-", dir=root))
     try:
         model.save_pretrained(staging)
+        if not (staging / "config.json").is_file():
+            # transformers writes model files on rank 0 only once torch.distributed is initialised; every rank
+            # builds the same seeded weights, so this rank writes them itself (a rank-1 copy must be complete).
+            from safetensors.torch import save_model
+
+            model.config.save_pretrained(staging)
+            save_model(model, str(staging / "model.safetensors"))
         AutoTokenizer.from_pretrained(source).save_pretrained(staging)
         try:
             staging.rename(target)
