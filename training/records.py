@@ -84,6 +84,10 @@ def summarize(records: Sequence[RolloutRecord], kinds: Sequence[str] = ()) -> di
       executed rollouts whose rows carry ``intermediates`` (0 when none do);
     - ``dead_group_share``: share of groups (rollouts of the same question) whose rewards are all equal, so their
       GRPO advantages are zero and they give the policy no gradient.
+
+    Args:
+        records: The batch's rollouts.
+        kinds: Agent kinds that always get an ``agent_share/<kind>`` key.
     """
     n = len(records)
     statuses = Counter(r.status for r in records)
