@@ -38,10 +38,27 @@ _MAX_WARNINGS = 50
 
 @dataclass(slots=True)
 class Row:
-    """What the table shows and filters on for one JSONL line (the record itself stays on disk)."""
+    """What the table shows and filters on for one JSONL line (the record itself stays on disk).
 
-    number: int  # row number among the readable records, 0-based
-    line: int  # 1-based line in the file
+    Attributes:
+        number: Row number among the readable records, 0-based.
+        line: 1-based line in the file.
+        offset: Byte offset of the line.
+        length: Byte length of the line.
+        id: ``<id>#<sample>`` of an eval record, ``step <s> #<index>`` of a rollout.
+        status: The run status.
+        correct: Whether the answer was correct (``None``: not recorded).
+        kinds: The agent kinds of the spec, sorted.
+        agents: Agents in the spec (``None``: no valid spec).
+        calls: Sub-agent calls.
+        cost: Cost in USD.
+        step: The training step (rollouts only).
+        reward: The reward (rollouts only; NaN when not recorded).
+        question: The question, clipped.
+    """
+
+    number: int
+    line: int
     offset: int
     length: int
     id: str
@@ -144,7 +161,17 @@ class RowFilter:
 
 @dataclass
 class RunFile:
-    """One JSONL file of a run folder and its index (see the module docstring)."""
+    """One JSONL file of a run folder and its index (see the module docstring).
+
+    Attributes:
+        path: The file.
+        kind: ``eval`` (``results.jsonl``) or ``training`` (``rollouts.jsonl``).
+        rows: The readable records indexed so far.
+        warnings: Lines skipped as unreadable (the first few).
+        indexed_to: Bytes of the file indexed so far.
+        lines: Lines read so far.
+        pending_tail: An unterminated last line is waiting for the rest.
+    """
 
     path: Path
     kind: str  # "eval" | "training"
