@@ -30,7 +30,13 @@ async def cot_attempt(
 ) -> ParsedReply:
     """One step-by-step attempt at ``task``: CoT's only call, an SC sample, Reflexion's first attempt.
 
-    With ``settings.plain_replies`` it is asked as a plain call (:func:`~agents.base.ask_plain`).
+    Args:
+        model: The sub-agent's chat model.
+        task: The (sub-)task.
+        usage: Counts the call's tokens.
+        temperature: Sampling temperature (``None``: the model's default).
+        settings: Call settings; with ``settings.plain_replies`` it is asked as a plain call
+            (:func:`~agents.base.ask_plain`).
     """
     if settings.plain_replies:
         return await ask_plain(model, task, usage=usage, temperature=temperature, settings=settings)

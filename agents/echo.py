@@ -36,6 +36,10 @@ def is_format_echo(thinking: str, answer: str) -> bool:
     compared case- and punctuation-insensitively), or when thinking and answer together are a verbatim copy of
     a worked example from the reply instructions (:func:`agents.prompts.worked_examples`). An answer that only
     equals an example's answer, with reasoning of its own, is not an echo: it may be right.
+
+    Args:
+        thinking: The reply's reasoning.
+        answer: The reply's answer.
     """
     said = _words(answer)
     if not said or said in FORMAT_PLACEHOLDERS:

@@ -17,7 +17,15 @@ __all__ = ["lazy_exports"]
 
 def lazy_exports(package: str, exports: Mapping[str, Sequence[str]]
                  ) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
-    """The ``__getattr__`` and ``__dir__`` of ``package`` for names defined in the listed modules."""
+    """The ``__getattr__`` and ``__dir__`` of ``package`` for names defined in the listed modules.
+
+    Args:
+        package: The package's ``__name__``.
+        exports: The names to import on first use, by the module that defines them.
+
+    Raises:
+        ValueError: A name is also the name of one of the listed modules.
+    """
     where = {name: module for module, names in exports.items() for name in names}
     # Importing a submodule sets the package attribute of its name, which would hide a lazy name like it for good.
     clashes = sorted(name for name in where if name in {module.rsplit(".", 1)[-1] for module in exports})

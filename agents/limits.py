@@ -14,6 +14,12 @@ class CallLimiter:
 
     ``asyncio.Semaphore`` binds to the first loop that waits on it; a compiled graph may be run from
     several loops (each ``asyncio.run``), so this keeps one semaphore per running loop.
+
+    Args:
+        limit: Most calls in flight per event loop (at least 1).
+
+    Raises:
+        ValueError: ``limit`` is below 1.
     """
 
     def __init__(self, limit: int) -> None:

@@ -88,7 +88,12 @@ class SamplingCaps:
                 raise SamplingCapsError(f"{name} must be an integer >= 1 (or None for no cap), got {value!r}")
 
     def cap(self, kind: str, param: str) -> float | int | None:
-        """The cap on parameter ``param`` of agent kind ``kind`` (canonical name), or ``None``."""
+        """The cap on parameter ``param`` of agent kind ``kind`` (canonical name), or ``None``.
+
+        Args:
+            kind: The agent kind's canonical name.
+            param: The parameter (``temperature`` is capped for every kind).
+        """
         if param == "temperature":
             return self.max_temperature
         return {("sc", "samples"): self.max_samples, ("debate", "rounds"): self.max_debate_rounds,
@@ -157,7 +162,11 @@ def asks_plainly(model: Any) -> bool:
 
 
 def tightest_caps(caps: Iterable[SamplingCaps]) -> SamplingCaps:
-    """The smallest of each cap over several models (a node of a pool may run on any of them)."""
+    """The smallest of each cap over several models (a node of a pool may run on any of them).
+
+    Args:
+        caps: The models' caps.
+    """
     result = NO_CAPS
     for one in caps:
         updates = {}

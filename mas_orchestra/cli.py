@@ -166,7 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``mas-orchestra`` with ``argv`` (default ``sys.argv[1:]``) and return the exit status."""
+    """Run ``mas-orchestra`` with ``argv`` (default ``sys.argv[1:]``) and return the exit status.
+
+    Args:
+        argv: The command-line arguments.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

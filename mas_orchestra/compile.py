@@ -68,9 +68,18 @@ def render_task(
 ) -> str:
     """The prompt task of a node: the question, or the question plus its sub-task with ``${id}`` filled.
 
-    ``single``: the node is the spec's only agent, so its answer is the system's: the sub-task then ends
-    with :data:`SINGLE_AGENT_INSTRUCTION` (as the original did). Upstream outputs are inserted as their
-    readable text, by a function (not a template), so any ``$``, ``\\`` or markup inside them stays data.
+    Upstream outputs are inserted as their readable text, by a function (not a template), so any ``$``,
+    ``\\`` or markup inside them stays data.
+
+    Args:
+        node: The agent node; without an ``input`` its task is the bare question.
+        question: The original question.
+        results: Upstream results by agent id; a reference with no result is left as written.
+        single: The node is the spec's only agent, so its answer is the system's: the sub-task then ends
+            with :data:`SINGLE_AGENT_INSTRUCTION` (as the original did).
+
+    Returns:
+        The task text given to the node's agent.
     """
     if not node.input:
         return question

@@ -167,6 +167,9 @@ _BY_NAME: dict[str, Variable] = {v.name: v for v in (*VARIABLES, *EXTERNAL)}
 def declared(name: str) -> Variable:
     """The declaration of ``name``.
 
+    Args:
+        name: The variable's name.
+
     Raises:
         KeyError: ``name`` is not declared here (every variable the project reads must be).
     """
@@ -178,6 +181,9 @@ def declared(name: str) -> Variable:
 
 def raw(name: str) -> str | None:
     """The stripped value of ``name`` (or of one of its old names, with a warning); ``None`` when unset or empty.
+
+    Args:
+        name: The variable's name (declared in this module).
 
     Raises:
         KeyError: ``name`` is not declared in this module.
@@ -196,7 +202,13 @@ def raw(name: str) -> str | None:
 
 
 def text(name: str, explicit: str | None = None, default: str | None = None) -> str | None:
-    """``explicit`` if given (not ``None``), else the variable's value, else ``default``."""
+    """``explicit`` if given (not ``None``), else the variable's value, else ``default``.
+
+    Args:
+        name: The variable's name (declared in this module).
+        explicit: The caller's value.
+        default: The value when the variable is unset or empty.
+    """
     if explicit is not None:
         return explicit
     value = raw(name)
@@ -205,6 +217,10 @@ def text(name: str, explicit: str | None = None, default: str | None = None) -> 
 
 def flag(name: str, explicit: bool | None = None) -> bool:
     """``explicit`` if given, else whether the variable says yes (``1``/``true``/``yes``/``on``); unset is False.
+
+    Args:
+        name: The variable's name (declared in this module).
+        explicit: The caller's value, which wins when not ``None``.
 
     Raises:
         EnvironmentVariableError: a value that is neither a yes nor a no (``0``/``false``/``no``/``off``).
@@ -221,14 +237,24 @@ def flag(name: str, explicit: bool | None = None) -> bool:
 
 
 def items(name: str, explicit: list[str] | None = None) -> list[str]:
-    """``explicit`` if given, else the variable's comma-separated items (blank items dropped)."""
+    """``explicit`` if given, else the variable's comma-separated items (blank items dropped).
+
+    Args:
+        name: The variable's name (declared in this module).
+        explicit: The caller's items, which win when not ``None``.
+    """
     if explicit is not None:
         return list(explicit)
     return [part.strip() for part in (raw(name) or "").split(",") if part.strip()]
 
 
 def paths(name: str, explicit: list[str] | None = None) -> list[str]:
-    """``explicit`` if given, else the variable's paths, separated by ``os.pathsep`` (blank entries dropped)."""
+    """``explicit`` if given, else the variable's paths, separated by ``os.pathsep`` (blank entries dropped).
+
+    Args:
+        name: The variable's name (declared in this module).
+        explicit: The caller's paths, which win when not ``None``.
+    """
     if explicit is not None:
         return list(explicit)
     return [part for part in (raw(name) or "").split(os.pathsep) if part]
@@ -237,6 +263,11 @@ def paths(name: str, explicit: list[str] | None = None) -> list[str]:
 def positive_int(name: str, explicit: int | None = None, *,
                  error: type[MasOrchestraError] = EnvironmentVariableError) -> int | None:
     """``explicit`` if given, else the variable as a positive integer; ``None`` when unset.
+
+    Args:
+        name: The variable's name (declared in this module).
+        explicit: The caller's value, which wins when not ``None``.
+        error: The error class raised for a bad value.
 
     Raises:
         EnvironmentVariableError: (or ``error``) a value that is not a positive integer.
@@ -258,6 +289,12 @@ def positive_int(name: str, explicit: int | None = None, *,
 def mebibytes(name: str, default_mib: int, explicit_bytes: int | None = None, *,
               error: type[MasOrchestraError] = EnvironmentVariableError) -> int:
     """A byte budget: ``explicit_bytes`` if given, else the variable in MiB, else ``default_mib`` MiB.
+
+    Args:
+        name: The variable's name (declared in this module).
+        default_mib: The budget in MiB when the variable is unset.
+        explicit_bytes: The caller's budget in bytes, which wins when not ``None``.
+        error: The error class raised for a bad value.
 
     Raises:
         EnvironmentVariableError: (or ``error``) a value that is not a number of MiB >= 0.
@@ -306,7 +343,9 @@ def choice(name: str, explicit: str | None, *, field: str, choices: tuple[str, .
 def cache_root(explicit: str | os.PathLike[str] | None = None) -> Path:
     """The root of everything mas-orchestra caches.
 
-    ``explicit``, else ``$MAS_CACHE_DIR``, else ``$XDG_CACHE_HOME/mas-orchestra``, else ``~/.cache/mas-orchestra``.
+    Args:
+        explicit: The root; default ``$MAS_CACHE_DIR``, else ``$XDG_CACHE_HOME/mas-orchestra``, else
+            ``~/.cache/mas-orchestra``.
     """
     if explicit is not None:
         return Path(explicit).expanduser()
@@ -317,7 +356,11 @@ def cache_root(explicit: str | os.PathLike[str] | None = None) -> Path:
 
 
 def search_cache_path(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """The web search cache file: ``explicit``, else ``$MAS_SEARCH_CACHE``, else ``<cache root>/search.sqlite``."""
+    """The web search cache file: ``explicit``, else ``$MAS_SEARCH_CACHE``, else ``<cache root>/search.sqlite``.
+
+    Args:
+        explicit: The file (``~`` expanded), which wins when not ``None``.
+    """
     if explicit is not None:
         return Path(explicit).expanduser()
     configured = raw("MAS_SEARCH_CACHE")
@@ -330,6 +373,10 @@ def prefer_library_default(name: str, value: str) -> None:
     Only for switches a library reads from the environment and offers no other way to set (transformers'
     ``TRANSFORMERS_SDPA_FORCE_GQA``, tokenizers' ``TOKENIZERS_PARALLELISM``); the single place in the project that
     writes ``os.environ``.
+
+    Args:
+        name: The switch (one of :data:`LIBRARY_SWITCHES`).
+        value: Its value, unless the user has set one.
 
     Raises:
         KeyError: ``name`` is not one of the switches listed in :data:`LIBRARY_SWITCHES`.
@@ -376,13 +423,20 @@ def reference_tables() -> str:
 
 
 def generated_part(page: str) -> str:
-    """The generated part of a reference page (markers included; empty when the markers are missing)."""
+    """The generated part of a reference page (markers included; empty when the markers are missing).
+
+    Args:
+        page: The page's text.
+    """
     start, end = page.find(BEGIN_GENERATED), page.find(END_GENERATED)
     return page[start:end + len(END_GENERATED)] if 0 <= start < end else ""
 
 
 def write_reference(path: str | os.PathLike[str]) -> None:
     """Replace the generated part of the reference page at ``path`` with :func:`reference_tables`.
+
+    Args:
+        path: The reference page.
 
     Raises:
         ValueError: the page has no generated part to replace (its markers were removed).

@@ -59,7 +59,16 @@ class BuildContext:
 class RunnableAgent(Protocol):
     """What a factory may return: an object whose ``arun(task)`` answers a (sub-)task."""
 
-    async def arun(self, task: str) -> AgentResult | str: ...
+    async def arun(self, task: str) -> AgentResult | str:
+        """Answer a (sub-)task.
+
+        Args:
+            task: The prompt task (see :func:`~mas_orchestra.compile.render_task`).
+
+        Returns:
+            The agent's result, or its answer as plain text.
+        """
+        ...
 
 
 AgentFactory = Callable[[Any, Any, BuildContext], "RunnableAgent | Callable[[str], Awaitable[Any]]"]

@@ -78,7 +78,12 @@ class ScriptedChatModel(BaseChatModel):
     _script: Any = PrivateAttr(default=None)
 
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
-        """The tools as OpenAI schemas in the call's kwargs (so tests can see them) — if ``tool_calling``."""
+        """The tools as OpenAI schemas in the call's kwargs (so tests can see them) — if ``tool_calling``.
+
+        Args:
+            tools: The tools.
+            **kwargs: More call arguments to bind.
+        """
         if not self.tool_calling:
             return super().bind_tools(tools, **kwargs)
         from langchain_core.utils.function_calling import convert_to_openai_tool

@@ -59,7 +59,11 @@ def _set_thresholds(libc: Any, threshold: int) -> bool:
 
 
 def release_freed_memory(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
-    """Fix glibc's mmap threshold at ``threshold`` bytes (and the trim threshold with it); True if applied."""
+    """Fix glibc's mmap threshold at ``threshold`` bytes (and the trim threshold with it); True if applied.
+
+    Args:
+        threshold: Blocks of at least this many bytes are mmapped, so freeing them returns them to the system.
+    """
     libc = _glibc()
     if libc is None:
         return False

@@ -384,6 +384,9 @@ class OrchestraParser(TrlParser):
     def set_defaults_with_config(self, **kwargs: Any) -> list[str]:
         """Use a recipe's values as defaults (command-line flags still override them).
 
+        Args:
+            **kwargs: The recipe's values by field name (``-`` read as ``_``; mappings of the pool fields as text).
+
         Raises:
             TrainingConfigError: a key that is no field.
         """
@@ -403,7 +406,11 @@ class OrchestraParser(TrlParser):
         return super().set_defaults_with_config(**values)
 
     def error(self, message: str) -> typing.NoReturn:
-        """Print the error (not the usage line of every field: ``--help`` lists them) and exit with status 2."""
+        """Print the error (not the usage line of every field: ``--help`` lists them) and exit with status 2.
+
+        Args:
+            message: The error.
+        """
         self.exit(2, f"{self.prog}: error: {message}\n(every field: {self.prog} --help)\n")
 
 

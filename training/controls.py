@@ -47,7 +47,14 @@ SUBAGENT = "python:mas_orchestra.bench.masbench:MasbenchCalculator"
 
 @dataclass(frozen=True)
 class Arm:
-    """One row of the table: an orchestrator and how its plans are run."""
+    """One row of the table: an orchestrator and how its plans are run.
+
+    Attributes:
+        label: The row's label (also names its eval run directory).
+        orchestrator: The orchestrator's model string (``embedded``, or ``hf:<run>/merged``).
+        dom: Degree of MAS the orchestrator plans at: ``high`` or ``low``.
+        control: The causal control its plans are replayed under, or ``None``.
+    """
 
     label: str
     orchestrator: str
@@ -57,7 +64,15 @@ class Arm:
 
 def arms_for(runs: Sequence[str], low_dom_run: str | None = None) -> list[Arm]:
     """The orchestrator arms of the table for trained run directories (each must hold ``merged/``); the controls
-    of each high-DoM arm are replayed from its results."""
+    of each high-DoM arm are replayed from its results.
+
+    Args:
+        runs: Trained run directories, one arm each after the ``base`` arm.
+        low_dom_run: A run directory trained at low DoM, added as a low-DoM arm.
+
+    Raises:
+        SystemExit: A run in ``runs`` has no ``merged/`` folder.
+    """
     arms = [Arm("base", "embedded")]
     for run in runs:
         merged = Path(run) / "merged"
@@ -72,7 +87,13 @@ def arms_for(runs: Sequence[str], low_dom_run: str | None = None) -> list[Arm]:
 
 
 def table_row(label: str, depth: int, summary: dict[str, Any]) -> str:
-    """One Markdown row from an eval ``summary.json``."""
+    """One Markdown row from an eval ``summary.json``.
+
+    Args:
+        label: The arm's label (first column).
+        depth: The tasks' depth (second column).
+        summary: The eval's summary (accuracy, structure means, sub-agent calls per run).
+    """
     shape = summary.get("structure") or {}
     calls = summary["total_subagent_calls"] / summary["runs"] if summary.get("runs") else 0.0
     return (f"| {label} | {depth} | {summary['avg_at_k']:.1%} ({round(summary['avg_at_k'] * summary['runs'])}/"

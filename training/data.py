@@ -99,6 +99,12 @@ def load_jsonl(path: str | Path) -> list[dict[str, Any]]:
     Read by the reader evaluations use (:func:`mas_orchestra.bench.datasets.read_rows`), so a bad row raises
     :class:`~mas_orchestra.errors.DataError` (a ``ValueError``) naming the file and line. Repeated ids are
     allowed here (an eval refuses them: there they key the resume).
+
+    Args:
+        path: The JSONL file (``~`` expanded).
+
+    Returns:
+        The rows, ``answer`` always a list.
     """
     path = Path(path).expanduser()
     return [
@@ -140,7 +146,15 @@ def load_masbench(axis: str, values: Sequence[int], n: int = 8, seed: int = 0, s
 def intermediate_facts(graph: Mapping[str, Mapping[str, Any]], targets: Sequence[str]) -> list[str]:
     """``the <quantity> = <value>`` for the quantities on one longest dependency chain of each target, from the
     first operation up to the target: one fact per level, so the share a final agent states is how far up the
-    chain it got (side quantities, which one round of arithmetic computes at once, are left out)."""
+    chain it got (side quantities, which one round of arithmetic computes at once, are left out).
+
+    Args:
+        graph: The task's quantities by name, each with an ``op`` and its ``inputs`` (as the MASBench graph).
+        targets: The quantities the question asks for.
+
+    Returns:
+        The facts, target after target, each chain from its first operation up.
+    """
     values = evaluate_graph(graph)  # type: ignore[arg-type]
     depth = op_depths(graph)  # type: ignore[arg-type]
     facts: list[str] = []
@@ -170,8 +184,19 @@ def load_verl_parquet(path: str | Path, *, prompt: str = "rebuild") -> list[dict
     ``reward_model.ground_truth`` (a string or a list for multi-answer tasks), ``data_source``, ``extra_info``.
 
     The question is ``extra_info["question"]`` when present, else the first user message's content.
-    ``prompt="rebuild"`` (default) writes our orchestrator prompt around that question; ``"keep"`` keeps the
-    parquet's messages as the prompt (they then must already be an orchestrator prompt).
+
+    Args:
+        path: The parquet file (``~`` expanded).
+        prompt: ``"rebuild"`` (default) writes our orchestrator prompt around that question (rows carry no
+            ``prompt``); ``"keep"`` keeps the parquet's messages as the row's ``prompt`` (they then must
+            already be an orchestrator prompt).
+
+    Returns:
+        Rows ``{id, question, answer: list[str], source}`` (plus ``prompt`` with ``"keep"``).
+
+    Raises:
+        ValueError: ``prompt`` is neither ``"rebuild"`` nor ``"keep"``, or a row has no
+            ``reward_model.ground_truth``.
     """
     if prompt not in ("rebuild", "keep"):
         raise ValueError(f"prompt must be 'rebuild' or 'keep', got {prompt!r}")
@@ -328,7 +353,19 @@ def build_dataset(
 
 def filter_long_prompts(dataset: Any, tokenizer: Any, max_prompt_length: int | None) -> Any:
     """Drop rows whose templated prompt is longer than ``max_prompt_length`` tokens (TRL 1.x no longer
-    truncates prompts; cutting an orchestrator prompt would cut the question, which comes last)."""
+    truncates prompts; cutting an orchestrator prompt would cut the question, which comes last).
+
+    Args:
+        dataset: A ``datasets.Dataset`` with a conversational ``prompt`` column.
+        tokenizer: The orchestrator's tokenizer (its chat template measures the prompts).
+        max_prompt_length: The most prompt tokens; ``None`` or 0 keeps every row.
+
+    Returns:
+        The rows that fit (a warning says how many were dropped).
+
+    Raises:
+        ValueError: No prompt fits.
+    """
     if not max_prompt_length:
         return dataset
 

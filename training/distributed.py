@@ -43,7 +43,13 @@ _TINY_SHAPE = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 1
 
 
 class WorldSizeMismatchError(MasOrchestraError, ValueError):
-    """A checkpoint written by N processes is resumed with M != N processes."""
+    """A checkpoint written by N processes is resumed with M != N processes.
+
+    Args:
+        checkpoint: The checkpoint folder.
+        written_by: How many processes wrote it.
+        resuming_with: How many processes this run has.
+    """
 
     def __init__(self, checkpoint: str, written_by: int, resuming_with: int) -> None:
         super().__init__(
@@ -68,6 +74,12 @@ def check_launch(environ: dict[str, str] | None = None) -> None:
     accelerate's simple (CPU) launcher sets ``MASTER_ADDR``/``MASTER_PORT`` when more than one process was asked
     for, but starts only one unless MPI is used; a real multi-process launch also sets ``WORLD_SIZE`` (torchrun)
     or an MPI rank variable.
+
+    Args:
+        environ: The environment to read (default: ``os.environ``).
+
+    Raises:
+        LaunchError: ``MASTER_ADDR`` and ``ACCELERATE_USE_CPU=true`` are set but no world-size variable is.
     """
     env = os.environ if environ is None else environ
     asked_for_several = "MASTER_ADDR" in env and str(env.get("ACCELERATE_USE_CPU", "")).lower() == "true"
@@ -87,7 +99,11 @@ def world_size() -> int:
 
 
 def checkpoint_world_size(checkpoint: str | Path) -> int | None:
-    """How many processes wrote ``checkpoint`` (from its RNG state files); None when it has none."""
+    """How many processes wrote ``checkpoint`` (from its RNG state files); None when it has none.
+
+    Args:
+        checkpoint: The checkpoint folder (``rng_state_<rank>.pth`` per process, or one ``rng_state.pth``).
+    """
     folder = Path(checkpoint)
     ranks = [p for p in folder.glob("rng_state_*.pth") if re.fullmatch(r"rng_state_\d+\.pth", p.name)]
     if ranks:
@@ -96,7 +112,15 @@ def checkpoint_world_size(checkpoint: str | Path) -> int | None:
 
 
 def check_resume_world_size(checkpoint: str | Path, processes: int | None = None) -> None:
-    """Raise :class:`WorldSizeMismatchError` if ``checkpoint`` was written by another number of processes."""
+    """Raise :class:`WorldSizeMismatchError` if ``checkpoint`` was written by another number of processes.
+
+    Args:
+        checkpoint: The checkpoint folder; one without RNG state files passes.
+        processes: This run's number of processes (default: the current world size).
+
+    Raises:
+        WorldSizeMismatchError: The numbers differ.
+    """
     processes = world_size() if processes is None else processes
     written = checkpoint_world_size(checkpoint)
     if written is not None and written != processes:
@@ -104,7 +128,14 @@ def check_resume_world_size(checkpoint: str | Path, processes: int | None = None
 
 
 def tiny_random_model(cache_dir: str | Path | None = None) -> Path:
-    """The ``tiny-random`` orchestrator folder (built on first use from the embedded model's config/tokenizer)."""
+    """The ``tiny-random`` orchestrator folder (built on first use from the embedded model's config/tokenizer).
+
+    Args:
+        cache_dir: The cache folder holding it and the embedded model (default: the embedded model's cache root).
+
+    Returns:
+        The folder with the model (random weights, seed 0) and the tokenizer.
+    """
     from mas_orchestra.local.embedded import default_cache_root, embedded_model_dir
 
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()

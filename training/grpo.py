@@ -51,7 +51,15 @@ VLLM_INSTALL_HINT = install_command("vllm")
 
 
 def resolve_orchestrator(model: str) -> str:
-    """The path or model id GRPOTrainer loads: ``embedded`` → the cached SmolLM2 folder."""
+    """The path or model id GRPOTrainer loads: ``embedded`` → the cached SmolLM2 folder.
+
+    Args:
+        model: ``embedded``, the tiny random test model's name, a local path (``~`` expanded) or a Hugging Face
+            model id (an ``hf:`` prefix is dropped).
+
+    Returns:
+        The local folder, or the model id when no such path exists.
+    """
     text = model.strip()
     if text.lower() == "embedded":
         from mas_orchestra.local.embedded import embedded_model_dir
@@ -154,7 +162,14 @@ def _save_config(cfg: OrchestraGRPOConfig, path: Path) -> None:
 
 
 def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
-    """Train as configured; returns a summary (paths, per-step metrics, step times, peak memory)."""
+    """Train as configured; returns a summary (paths, per-step metrics, step times, peak memory).
+
+    Args:
+        cfg: The training config.
+
+    Returns:
+        The run's summary.
+    """
     from mas_orchestra import environment
 
     environment.prefer_library_default("TOKENIZERS_PARALLELISM", "false")
@@ -310,7 +325,17 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Train as the config from ``argv`` says; returns the run's summary (metrics, paths)."""
+    """Train as the config from ``argv`` says; returns the run's summary (metrics, paths).
+
+    Args:
+        argv: Command-line arguments (default: ``sys.argv[1:]``).
+
+    Returns:
+        The summary :func:`run` returned (printed on the main process).
+
+    Raises:
+        SystemExit: A launch, world-size or model-pool error (the message, no traceback).
+    """
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                             stream=sys.stderr)

@@ -101,7 +101,15 @@ def _install_shared_prefix(trainer: Any) -> None:
 
 def shared_prefix_refusal(model: Any, input_ids: Any, logits_to_keep: int, compute_aux_loss: bool,
                           multimodal: dict[str, Any]) -> str | None:
-    """Why the shared-prefix forward does not apply to this call (None: it does)."""
+    """Why the shared-prefix forward does not apply to this call (None: it does).
+
+    Args:
+        model: The policy model.
+        input_ids: The micro-batch's token ids (rows × length).
+        logits_to_keep: Completion tokens scored per row.
+        compute_aux_loss: A mixture-of-experts auxiliary loss is requested.
+        multimodal: The call's multimodal inputs by name (any not ``None`` refuses).
+    """
     from training.shared_prefix import MAX_PACKED_TOKENS, shared_prefix_supported
 
     if compute_aux_loss:
@@ -124,6 +132,10 @@ def checkpoint_every_n_layers(model: Any, every_n_layers: int) -> None:
     transformers takes ``every_n_layers`` when the Trainer enables checkpointing, but TRL turns checkpointing off
     around each generation and back on with the checkpoint function's own keyword arguments only, which would
     checkpoint every layer again from the second step on; so the choice is fixed on the model instead.
+
+    Args:
+        model: The model (a PEFT model's base model is patched).
+        every_n_layers: Checkpoint every n-th decoder layer.
     """
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     set_layers = inner._set_gradient_checkpointing

@@ -53,7 +53,12 @@ def pool_models() -> dict[str, MasbenchCalculator]:
 
 
 def force_model(spec: GraphSpec, name: str) -> GraphSpec:
-    """``spec`` with every agent's pool model set to ``name``."""
+    """``spec`` with every agent's pool model set to ``name``.
+
+    Args:
+        spec: The orchestration.
+        name: A model pool name.
+    """
     nodes = [n.model_copy(update={"params": {**n.params, POOL_PARAM: name}}) for n in spec.nodes]
     return spec.model_copy(update={"nodes": nodes})
 

@@ -48,6 +48,9 @@ def pairs(text: str | None, form: str) -> dict[str, str]:
 def pool_of(subagent: str) -> dict[str, str] | None:
     """The pool ``{name: model string}`` a ``subagent`` setting names, or ``None`` for one model.
 
+    Args:
+        subagent: One model string, or ``NAME=MODEL`` items joined by commas.
+
     Raises:
         PoolError: a bad pool name, a name given twice, or one model mixed with named ones.
     """
@@ -60,6 +63,9 @@ def pool_of(subagent: str) -> dict[str, str] | None:
 
 def price_table(text: str | None) -> dict[str, tuple[float, float]]:
     """``prices`` as ``{name: (USD per million input tokens, USD per million output tokens)}``.
+
+    Args:
+        text: ``NAME=IN:OUT`` items joined by commas (one number stands for both); ``None``: no prices.
 
     Raises:
         ValueError: a price that is not ``IN:OUT`` (or one number) of non-negative numbers.
@@ -78,7 +84,14 @@ def price_table(text: str | None) -> dict[str, tuple[float, float]]:
 
 
 def mapping_text(value: Any) -> Any:
-    """A YAML mapping (``{fast: m1, strong: m2}``, prices as ``'1:1'`` or ``[1, 1]``) as ``key=value,...``."""
+    """A YAML mapping (``{fast: m1, strong: m2}``, prices as ``'1:1'`` or ``[1, 1]``) as ``key=value,...``.
+
+    Args:
+        value: A config value; anything but a dict is returned unchanged.
+
+    Returns:
+        The mapping as text, list values joined by ``:``.
+    """
     if not isinstance(value, dict):
         return value
 

@@ -74,7 +74,11 @@ class PhaseProfiler:
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Charge the time and memory of the ``with`` body to ``name``."""
+        """Charge the time and memory of the ``with`` body to ``name``.
+
+        Args:
+            name: The phase (an enclosing phase is charged only for its own time).
+        """
         with self._lock:
             self._charge_peak()
             self._stack.append(name)
@@ -93,7 +97,13 @@ class PhaseProfiler:
                     self.seconds[outer] = self.seconds.get(outer, 0.0) - elapsed
 
     def wrap(self, owner: Any, attribute: str, name: str) -> None:
-        """Replace ``owner.<attribute>`` (a method or function) by one that runs inside ``phase(name)``."""
+        """Replace ``owner.<attribute>`` (a method or function) by one that runs inside ``phase(name)``.
+
+        Args:
+            owner: The object holding the callable.
+            attribute: The callable's attribute name.
+            name: The phase to charge.
+        """
         original: Callable[..., Any] = getattr(owner, attribute)
 
         @functools.wraps(original)
@@ -126,7 +136,12 @@ class PhaseProfiler:
 
 def profile_trainer(trainer: Any) -> PhaseProfiler:
     """Wrap the phases of a TRL ``GRPOTrainer`` (see the module docstring); returns the profiler whose
-    :meth:`~PhaseProfiler.pop_metrics` the trainer adds to its logs."""
+    :meth:`~PhaseProfiler.pop_metrics` the trainer adds to its logs.
+
+    Args:
+        trainer: The trainer (its generation, reward, loss, backward and, once created, optimizer step are
+            wrapped).
+    """
     profiler = PhaseProfiler()
     profiler.wrap(trainer, "_generate_single_turn", "generate")
     profiler.wrap(trainer, "_calculate_rewards", "reward")

@@ -25,13 +25,35 @@ STATUSES: tuple[str, ...] = (*(s.value for s in Status), "crash")
 
 @dataclass
 class RolloutRecord:
-    """What happened to one completion."""
+    """What happened to one completion.
+
+    Attributes:
+        index: The completion's position in its batch.
+        status: One of :data:`STATUSES`.
+        reward: The reward it earned.
+        correct: The graded answer was correct.
+        agents: Agents in the parsed spec (0 = direct answer); ``None`` when the completion did not parse.
+        agent_counts: Agents in the parsed spec by kind.
+        subagent_calls: Sub-agent model calls made running the spec.
+        total_tokens: Input plus output tokens of those calls.
+        cost_usd: Their cost in USD.
+        wall_s: Seconds the rollout took.
+        answer: The system's answer, if it ran.
+        error: What went wrong, if anything.
+        question: The question as sampled (what ``rollouts.jsonl`` keeps for inspection).
+        completion: The completion as sampled.
+        spec_warnings: Leniencies the parser applied to the completion, by kind (see
+            ``mas_orchestra.spec.SpecWarning``).
+        whole_response: The answer graded was the whole completion (``whole_response_fallback``).
+        partial: Share of the task's intermediate facts the final agent's text states (None: the row has none).
+        structure: The parsed spec's structure (:class:`mas_orchestra.spec.structure.Structure` as a dict); None
+            if invalid.
+    """
 
     index: int
     status: str = "crash"
     reward: float = 0.0
     correct: bool = False
-    #: Agents in the parsed spec (0 = direct answer); ``None`` when the completion did not parse.
     agents: int | None = None
     agent_counts: dict[str, int] = field(default_factory=dict)
     subagent_calls: int = 0
@@ -40,16 +62,11 @@ class RolloutRecord:
     wall_s: float = 0.0
     answer: str | None = None
     error: str | None = None
-    #: The question and the completion as sampled (what ``rollouts.jsonl`` keeps for inspection).
     question: str = ""
     completion: str = ""
-    #: Leniencies the parser applied to the completion, by kind (see ``mas_orchestra.spec.SpecWarning``).
     spec_warnings: dict[str, int] = field(default_factory=dict)
-    #: True when the answer graded was the whole completion (``whole_response_fallback``).
     whole_response: bool = False
-    #: Share of the task's intermediate facts the final agent's text states (None: the row has none).
     partial: float | None = None
-    #: The parsed spec's structure (:class:`mas_orchestra.spec.structure.Structure` as a dict); None if invalid.
     structure: dict[str, Any] | None = None
 
     @property
@@ -84,6 +101,10 @@ def summarize(records: Sequence[RolloutRecord], kinds: Sequence[str] = ()) -> di
       executed rollouts whose rows carry ``intermediates`` (0 when none do);
     - ``dead_group_share``: share of groups (rollouts of the same question) whose rewards are all equal, so their
       GRPO advantages are zero and they give the policy no gradient.
+
+    Args:
+        records: The batch's rollouts.
+        kinds: Agent kinds that always get an ``agent_share/<kind>`` key.
     """
     n = len(records)
     statuses = Counter(r.status for r in records)

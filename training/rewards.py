@@ -89,13 +89,26 @@ def orchestra_registry(
     search: Any = None, registry: AgentRegistry | None = None, agents: Iterable[str] | None = None
 ) -> AgentRegistry:
     """The agent kinds offered to the orchestrator, as :class:`mas_orchestra.Orchestra` filters them:
-    ``agents`` (names or aliases) if given, and without a search backend the search agent is not offered."""
+    ``agents`` (names or aliases) if given, and without a search backend the search agent is not offered.
+
+    Args:
+        search: The search backend, or ``None``.
+        registry: The registry to filter (default: the default registry).
+        agents: Agent kind names or aliases to offer (default: all).
+    """
     return offered_registry(registry, search=search, agents=agents)
 
 
 def completion_text(completion: Any) -> str:
     """The text of a TRL completion: a plain string, or conversational ``[{"role": "assistant", ...}]``
-    (the assistant messages' contents joined; content may be a list of text parts)."""
+    (the assistant messages' contents joined; content may be a list of text parts).
+
+    Args:
+        completion: A string, one message, or a list of messages (without assistant messages: all of them).
+
+    Raises:
+        TypeError: ``completion`` is none of these.
+    """
     if isinstance(completion, str):
         return completion
     if isinstance(completion, Mapping):
@@ -109,7 +122,11 @@ def completion_text(completion: Any) -> str:
 
 def question_from_prompt(prompt: Any) -> str:
     """Recover the task from an orchestrator prompt (used only when the dataset has no ``question`` column):
-    the text after the last ``# Task`` heading of the last user message, else that whole message."""
+    the text after the last ``# Task`` heading of the last user message, else that whole message.
+
+    Args:
+        prompt: The prompt as a string or as chat messages (without a user message: the last message).
+    """
     if isinstance(prompt, str):
         text = prompt
     else:
@@ -356,7 +373,11 @@ class OutcomeReward:
         record.reward = self.reward_for(record)
 
     def cost_of(self, record: RolloutRecord) -> float:
-        """The rollout's cost in ``cost_metric`` units (tokens in thousands)."""
+        """The rollout's cost in ``cost_metric`` units (tokens in thousands).
+
+        Args:
+            record: The rollout.
+        """
         return {
             "subagent_calls": float(record.subagent_calls),
             "total_tokens": record.total_tokens / 1000.0,
@@ -365,7 +386,15 @@ class OutcomeReward:
 
     def reward_for(self, record: RolloutRecord) -> float:
         """The number for an executed (``ok``) rollout on its own; see the module docstring (with
-        ``cost_reward="group"`` the cost is applied per group afterwards, so this is the full reward)."""
+        ``cost_reward="group"`` the cost is applied per group afterwards, so this is the full reward).
+
+        Args:
+            record: The rollout; anything but ``ok`` gets 0.
+
+        Returns:
+            ``execution_success_weight``, plus the final-answer weight (less the linear cost penalty, not below
+            0) when correct, or the partial-credit weight times ``record.partial`` when not.
+        """
         if record.status != Status.OK.value:
             return 0.0
         reward = self.execution_success_weight
@@ -391,7 +420,11 @@ class OutcomeReward:
 
     @staticmethod
     def record_dicts(records: Sequence[RolloutRecord]) -> list[dict[str, Any]]:
-        """The records as plain dicts (for ``rollouts.jsonl``)."""
+        """The records as plain dicts (for ``rollouts.jsonl``).
+
+        Args:
+            records: The rollouts.
+        """
         return [asdict(r) for r in records]
 
     def __repr__(self) -> str:

@@ -122,16 +122,25 @@ def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None,
     """Make every later ``generate`` of ``model`` (TRL's rollouts, the validation runner's samples) decode
     through the batched decoder.
 
-    With a ``constraint`` each row decodes under its grammar (the staged, budget-fitted decoding of
-    :class:`~mas_orchestra.local.decoding.ConstrainedLogitsProcessor`). ``merged_sampling`` samples under
-    :func:`sampling_policy` (eval mode, merged LoRA weights); False leaves the model as the caller has it.
-    ``prefill_precision`` (``float32`` | ``bfloat16`` | ``auto``) is the precision prompts are prefilled in: the
-    training forward's. ``decode_weights`` (``float32`` | ``auto`` | ``int4``) picks the weights decode steps read.
-    Each is, in order: the argument, else ``MAS_PREFILL_DTYPE`` / ``MAS_DECODE_WEIGHTS`` (read now), else the
-    trainer's default: ``bfloat16`` / ``auto`` when ``low_precision`` (the training forward runs under bf16
-    autocast on a CPU), ``float32`` / ``float32`` otherwise.
-    Returns the running :class:`~mas_orchestra.local.decoding.DecodingStats` of all calls (zeros without a
-    constraint).
+    Args:
+        model: The policy model (a PEFT model's base model is patched).
+        tokenizer: Its tokenizer.
+        constraint: With one, each row decodes under its grammar (the staged, budget-fitted decoding of
+            :class:`~mas_orchestra.local.decoding.ConstrainedLogitsProcessor`).
+        jump_forward: Under a constraint, append the tokens the grammar forces in the same forward pass
+            instead of one decode step each.
+        merged_sampling: Sample under :func:`sampling_policy` (eval mode, merged LoRA weights); False leaves the
+            model as the caller has it.
+        prefill_precision: ``float32`` | ``bfloat16`` | ``auto``: the precision prompts are prefilled in (the
+            training forward's). Default: ``MAS_PREFILL_DTYPE`` (read now), else ``bfloat16`` when
+            ``low_precision``, ``float32`` otherwise.
+        decode_weights: ``float32`` | ``auto`` | ``int4``: the weights decode steps read. Default:
+            ``MAS_DECODE_WEIGHTS`` (read now), else ``auto`` when ``low_precision``, ``float32`` otherwise.
+        low_precision: The training forward runs under bf16 autocast on a CPU (picks the defaults above).
+
+    Returns:
+        The running :class:`~mas_orchestra.local.decoding.DecodingStats` of all calls (zeros without a
+        constraint).
 
     Raises:
         PrecisionError: a prefill precision (argument or variable) that is not one of the valid values.
@@ -202,8 +211,15 @@ def sampling_policy(model: Any, *, merge: bool = True) -> Iterator[int]:
     merged into a temporary copy of its base weight (PEFT's own merged state, so its forward takes the one base
     matmul).
 
-    Yields the number of merged layers. Afterwards the training mode, the original weight tensors (never written)
-    and the unmerged state are restored, also when the block raises.
+    Afterwards the training mode, the original weight tensors (never written) and the unmerged state are
+    restored, also when the block raises.
+
+    Args:
+        model: The policy model.
+        merge: Merge the LoRA layers (False: eval mode only).
+
+    Yields:
+        The number of merged layers.
     """
     was_training = model.training
     swapped: list[tuple[Any, Any]] = []

@@ -26,7 +26,11 @@ class CostWeights(Protocol):
     execution_success_weight: float
 
     def cost_of(self, record: RolloutRecord) -> float:
-        """The rollout's cost in the reward's cost metric."""
+        """The rollout's cost in the reward's cost metric.
+
+        Args:
+            record: The rollout.
+        """
         ...
 
 

@@ -35,7 +35,13 @@ MAX_PACKED_TOKENS = 8192
 
 
 def prompt_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int) -> list[list[int]]:
-    """Row indices grouped by identical prompt (ids and mask of the first ``len - logits_to_keep`` columns)."""
+    """Row indices grouped by identical prompt (ids and mask of the first ``len - logits_to_keep`` columns).
+
+    Args:
+        input_ids: The micro-batch's token ids (rows × length).
+        attention_mask: Its attention mask.
+        logits_to_keep: Completion tokens per row (the last columns).
+    """
     prompt_len = int(input_ids.size(1)) - logits_to_keep
     groups: dict[tuple[bytes, bytes], list[int]] = {}
     prompts = input_ids[:, :prompt_len].cpu()
@@ -47,7 +53,11 @@ def prompt_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_
 
 
 def shared_prefix_supported(model: Any) -> str | None:
-    """Why the shared-prefix forward cannot run on ``model`` (None: it can)."""
+    """Why the shared-prefix forward cannot run on ``model`` (None: it can).
+
+    Args:
+        model: The policy model (a PEFT model's base model is checked).
+    """
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     if not callable(getattr(inner, "get_output_embeddings", None)) or inner.get_output_embeddings() is None:
         return "the model has no output embeddings"
@@ -89,7 +99,12 @@ class PackedBatch(NamedTuple):
 
 def completion_lengths(attention_mask: torch.Tensor, logits_to_keep: int) -> torch.Tensor:
     """Per row, how many completion tokens count: up to the last one the mask keeps (TRL masks what follows a
-    completion's end-of-text token, and the right padding)."""
+    completion's end-of-text token, and the right padding).
+
+    Args:
+        attention_mask: The micro-batch's attention mask (rows × length).
+        logits_to_keep: Completion tokens per row (the last columns).
+    """
     kept = attention_mask[:, -logits_to_keep:].bool()
     ordinal = torch.arange(1, logits_to_keep + 1, device=attention_mask.device)
     return (kept * ordinal).amax(dim=1) if logits_to_keep else kept.sum(dim=1)
@@ -104,6 +119,12 @@ def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_k
     tail after its last kept token (the right padding after its end-of-text token, masked out of TRL's loss), so
     a group costs its completions' real lengths, not ``rows × the longest``. Positions are the full forward's own
     (``0 .. len-1`` over the padded row), so rotary embeddings see the same numbers.
+
+    Args:
+        input_ids: The micro-batch's token ids (rows × length).
+        attention_mask: Its attention mask.
+        logits_to_keep: Completion tokens per row (the last columns).
+        mask_dtype: The dtype of the packed attention mask.
     """
     length = int(input_ids.size(1))
     prompt_len = length - logits_to_keep
@@ -148,9 +169,19 @@ def shared_prefix_logps(model: Any, input_ids: torch.Tensor, attention_mask: tor
                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probabilities (and entropies) of the last ``logits_to_keep`` tokens of every row.
 
-    ``model`` is the (PEFT-wrapped) causal LM as TRL holds it; ``temperature`` divides the logits, as TRL's
-    fused head does; ``entropy_grad=False`` computes the entropy outside autograd (TRL needs its gradient only for
-    an entropy bonus). Returns ``[rows, logits_to_keep]`` tensors, like TRL's ``_get_per_token_logps_and_entropies``.
+    Args:
+        model: The (PEFT-wrapped) causal LM as TRL holds it.
+        input_ids: The micro-batch's token ids (rows × length).
+        attention_mask: Its attention mask.
+        logits_to_keep: Completion tokens per row (the last columns).
+        temperature: Divides the logits, as TRL's fused head does.
+        compute_entropy: Also compute the per-token entropies.
+        entropy_grad: False computes the entropy outside autograd (TRL needs its gradient only for an entropy
+            bonus).
+
+    Returns:
+        ``[rows, logits_to_keep]`` tensors (entropies ``None`` unless asked for), like TRL's
+        ``_get_per_token_logps_and_entropies``.
     """
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     mask_dtype = inner.dtype if inner.dtype.is_floating_point else torch.float32

@@ -40,7 +40,12 @@ log = logging.getLogger("training.trainer")
 
 
 def structured_generation_kwargs(generation_kwargs: dict[str, Any] | None, constraint: Any) -> dict[str, Any]:
-    """``generation_kwargs`` with vLLM's ``structured_outputs`` set to the one-piece grammar of ``constraint``."""
+    """``generation_kwargs`` with vLLM's ``structured_outputs`` set to the one-piece grammar of ``constraint``.
+
+    Args:
+        generation_kwargs: The configured generation arguments, or ``None``.
+        constraint: The orchestration constraint (its ``grammar()``).
+    """
     return {**(generation_kwargs or {}), "structured_outputs": {"grammar": constraint.grammar()}}
 
 
@@ -111,7 +116,12 @@ class OrchestraGRPOTrainer(GRPOTrainer):
         return [f for f in self.reward_funcs if hasattr(f, "pop_records")]
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """Gather every rank's rollout records, add the outcome metrics, write ``rollouts.jsonl`` (rank 0), then log."""
+        """Gather every rank's rollout records, add the outcome metrics, write ``rollouts.jsonl`` (rank 0), then log.
+
+        Args:
+            logs: The metrics to log (updated in place).
+            start_time: Passed on to TRL's ``log``.
+        """
         for reward in self._outcome_rewards():
             records: list[RolloutRecord] = reward.pop_records()
             ranks = [0] * len(records)
@@ -177,7 +187,14 @@ class HeapTrimmer(TrainerCallback):
     """Hands the heap's free pages back to the OS after every step (see :mod:`training.allocator`)."""
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """Return freed heap memory to the system after each step."""
+        """Return freed heap memory to the system after each step.
+
+        Args:
+            args: The training arguments (unused).
+            state: The trainer state (unused).
+            control: The trainer control (unused).
+            **kwargs: The rest of the event's objects (unused).
+        """
         from training.allocator import trim_heap
 
         trim_heap()
@@ -192,11 +209,25 @@ class StepTimer(TrainerCallback):
         self._wall = self._cpu = 0.0
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """Start the step's wall and CPU clocks."""
+        """Start the step's wall and CPU clocks.
+
+        Args:
+            args: The training arguments (unused).
+            state: The trainer state (unused).
+            control: The trainer control (unused).
+            **kwargs: The rest of the event's objects (unused).
+        """
         self._wall, self._cpu = time.perf_counter(), time.process_time()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """Record the step's wall and CPU seconds and peak memory."""
+        """Record the step's wall and CPU seconds and peak memory.
+
+        Args:
+            args: The training arguments (unused).
+            state: The trainer state (``global_step``).
+            control: The trainer control (unused).
+            **kwargs: The rest of the event's objects (unused).
+        """
         self.steps.append({
             "step": state.global_step,
             "wall_s": time.perf_counter() - self._wall,
@@ -207,7 +238,11 @@ class StepTimer(TrainerCallback):
 
 class CurvePlotter(TrainerCallback):
     """Redraw ``<output_dir>/reward_curve.png`` from the log history at every checkpoint and at the end, so a
-    running job can be watched. Without matplotlib it warns once and draws nothing (training goes on)."""
+    running job can be watched. Without matplotlib it warns once and draws nothing (training goes on).
+
+    Args:
+        output_dir: The run's output directory.
+    """
 
     def __init__(self, output_dir: str | Path) -> None:
         self.path = Path(output_dir) / CURVE_FILE
@@ -215,7 +250,11 @@ class CurvePlotter(TrainerCallback):
         self._disabled = False
 
     def draw(self, history: list[dict[str, Any]]) -> Path | None:
-        """Draw the reward curve from the log history; returns the PNG's path, or ``None``."""
+        """Draw the reward curve from the log history; returns the PNG's path, or ``None``.
+
+        Args:
+            history: The trainer state's ``log_history``.
+        """
         if self._disabled:
             return None
         curve = curve_from_history(history)
@@ -229,11 +268,25 @@ class CurvePlotter(TrainerCallback):
         return self.written
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """Redraw the reward curve at each checkpoint (rank 0)."""
+        """Redraw the reward curve at each checkpoint (rank 0).
+
+        Args:
+            args: The training arguments.
+            state: The trainer state (``is_world_process_zero``, ``log_history``).
+            control: The trainer control.
+            **kwargs: The rest of the event's objects (unused).
+        """
         if state.is_world_process_zero:
             self.draw(state.log_history)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """Draw the final reward curve (rank 0)."""
+        """Draw the final reward curve (rank 0).
+
+        Args:
+            args: The training arguments.
+            state: The trainer state (``is_world_process_zero``, ``log_history``).
+            control: The trainer control.
+            **kwargs: The rest of the event's objects (unused).
+        """
         if state.is_world_process_zero:
             self.draw(state.log_history)

@@ -51,9 +51,19 @@ _KEPT = ("agents_per_spec", "delegation_share", "direct_answer_share", "subagent
 class ValidationRunner:
     """Sample ``samples`` completions per validation row from a model, run and grade them, return ``val/*``.
 
-    ``rows``: TRL rows (``prompt`` chat messages, ``question``, ``answer``); ``reward``: the outcome reward that
-    executes and grades them (not the training one); ``temperature`` 0 means greedy decoding (then the k
-    samples are identical).
+    Args:
+        rows: TRL rows (``prompt`` chat messages, ``question``, ``answer``).
+        reward: The outcome reward that executes and grades them (not the training one).
+        tokenizer: The model's tokenizer.
+        samples: Completions per row (at least 1).
+        temperature: Sampling temperature; 0 means greedy decoding (then the samples are identical).
+        max_new_tokens: Most tokens per completion.
+        top_p: Nucleus-sampling probability mass.
+        loop: The event loop the reward runs on (TRL's reward loop, so the sub-agent models stay on one loop);
+            None = a fresh one per validation.
+
+    Raises:
+        ValueError: ``samples`` is below 1.
     """
 
     def __init__(
@@ -69,8 +79,7 @@ class ValidationRunner:
         self.temperature = temperature
         self.max_new_tokens = max_new_tokens
         self.top_p = top_p
-        #: The event loop the reward runs on (TRL's reward loop, so the sub-agent models stay on one loop);
-        #: None = a fresh one per validation.
+        #: The event loop the reward runs on (None: a fresh one per pass; see :meth:`ValidationCallback.attach`).
         self.loop = loop
 
     def _generate(self, model: Any, prompt: Any) -> list[str]:
@@ -107,7 +116,11 @@ class ValidationRunner:
         return self.reward.pop_records()
 
     def run(self, model: Any) -> dict[str, float]:
-        """The ``val/*`` metrics of one validation pass of ``model`` (left in the mode it was in)."""
+        """The ``val/*`` metrics of one validation pass of ``model`` (left in the mode it was in).
+
+        Args:
+            model: The policy model to sample from.
+        """
         started = time.perf_counter()
         was_training = model.training
         model.eval()
@@ -177,6 +190,14 @@ class ValidationCallback(TrainerCallback):
     Call :meth:`attach` with the trainer once it exists (the entry is logged through its callback handler;
     the constrained-decoding counters of the training logs are restored after each pass, so they keep
     counting training rollouts only).
+
+    Args:
+        runner: The runner of each pass.
+        every: Validate every ``every`` steps (at least 1).
+        before_train: Also validate at step 0, unless the log already holds that pass.
+
+    Raises:
+        ValueError: ``every`` is below 1.
     """
 
     def __init__(self, runner: ValidationRunner, *, every: int, before_train: bool = True) -> None:
@@ -190,7 +211,14 @@ class ValidationCallback(TrainerCallback):
         self.steps: list[int] = []
 
     def attach(self, trainer: Any) -> ValidationCallback:
-        """Bind the callback to its trainer (and to the trainer's event loop)."""
+        """Bind the callback to its trainer (and to the trainer's event loop).
+
+        Args:
+            trainer: The trainer; its ``async_loop`` becomes the runner's loop unless the runner has one.
+
+        Returns:
+            The callback itself.
+        """
         self.trainer = trainer
         if self.runner.loop is None:
             self.runner.loop = getattr(trainer, "async_loop", None)
@@ -226,13 +254,29 @@ class ValidationCallback(TrainerCallback):
             control.should_log = should_log
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        """Validate before the first step, unless the log already holds that pass."""
+        """Validate before the first step, unless the log already holds that pass.
+
+        Args:
+            args: The training arguments.
+            state: The trainer state (``global_step``, ``log_history``).
+            control: The trainer control.
+            model: The model being trained.
+            **kwargs: The rest of the event's objects (unused).
+        """
         already = any(VAL_PREFIX + "avg_at_k" in e and e.get("step") == 0 for e in state.log_history)
         if self.before_train and state.global_step == 0 and not already:
             self._validate(args, state, control, model)
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        """Validate every ``every`` steps and after the last one."""
+        """Validate every ``every`` steps and after the last one.
+
+        Args:
+            args: The training arguments.
+            state: The trainer state (``global_step``, ``max_steps``).
+            control: The trainer control.
+            model: The model being trained.
+            **kwargs: The rest of the event's objects (unused).
+        """
         step = state.global_step
         if step % self.every == 0 or step >= state.max_steps:
             self._validate(args, state, control, model)

@@ -61,6 +61,10 @@ def worked_examples() -> tuple[tuple[str, str], ...]:
 
 def without_reply_format(prompt: str) -> str:
     """``prompt`` without its reply-format instructions (from :data:`REPLY_FORMAT_MARKER` to the end), for a call
-    asked plainly; a prompt without them is returned as it is."""
+    asked plainly; a prompt without them is returned as it is.
+
+    Args:
+        prompt: The rendered prompt.
+    """
     head, marker, _ = prompt.rpartition(REPLY_FORMAT_MARKER)
     return head.rstrip() if marker else prompt

@@ -100,6 +100,13 @@ def parse_search_request(text: str) -> tuple[str, int] | None:
     Accepts ``<search>q</search>`` (also ``<web_search>``/``<query>``, unclosed tags) and a written-out
     ``web_search("q")`` call. A request that comes after an ``<answer>`` tag does not count: the model
     has decided to answer.
+
+    Args:
+        text: The model's reply.
+
+    Returns:
+        The query (whitespace collapsed, quotes stripped) and the offset where the request ends; ``None`` when
+        there is no non-empty request.
     """
     found: list[tuple[int, str, int]] = []
     m = _SEARCH_TAG_RE.search(text)

@@ -323,6 +323,17 @@ class BM25Backend:
         The saved index carries a fingerprint of the corpus (size, mtime, SHA-1 of its first MiB) and of
         the analysis settings; when it does not match, the index is rebuilt and saved again. When the
         directory cannot be written the backend still works, in memory, and logs a warning.
+
+        Args:
+            path: The corpus: one ``{id, title, text[, url]}`` object per line.
+            text_fields: The fields that are searched.
+            index_dir: Where the index is saved (default ``<corpus>.bm25/``).
+            k1: BM25's term-frequency saturation.
+            b: BM25's length normalisation.
+            mmap: Memory-map a saved index instead of reading it into memory.
+
+        Raises:
+            FileNotFoundError: The corpus does not exist.
         """
         corpus = Path(path)
         if not corpus.is_file():
@@ -424,7 +435,12 @@ class BM25Backend:
         return self._num_docs
 
     def search(self, query: str, k: int = 5) -> list[Hit]:
-        """The top ``k`` documents for ``query``; ``[]`` for an empty query or one of only stop words."""
+        """The top ``k`` documents for ``query``; ``[]`` for an empty query or one of only stop words.
+
+        Args:
+            query: The search text.
+            k: Most hits returned (only documents scoring above 0 count).
+        """
         if not isinstance(query, str) or k <= 0 or self._num_docs == 0:
             return []
         vocab = self._retriever.vocab_dict

@@ -56,7 +56,12 @@ class SearchBackend(Protocol):
     """Anything with ``search(query, k) -> list[Hit]``; an ``async asearch(query, k)`` twin is optional."""
 
     def search(self, query: str, k: int = 5) -> list[Hit]:
-        """The ``k`` best hits for ``query``, best first."""
+        """The ``k`` best hits for ``query``, best first.
+
+        Args:
+            query: The search text.
+            k: Most hits returned.
+        """
         ...
 
 
@@ -74,6 +79,10 @@ class MissingSearchExtraError(MissingExtraError):
     The shared :class:`agents.errors.MissingExtraError` (same attributes: ``extra``, ``command``,
     ``package``) with the extra fixed to ``search``: ``except MissingExtraError`` and ``except ImportError``
     both catch it.
+
+    Args:
+        what: What needed it (``"the BM25 backend"``).
+        package: The missing package.
     """
 
     def __init__(self, what: str, package: str) -> None:

@@ -43,8 +43,11 @@ def default_cache_path() -> Path:
 class SearchCache:
     """A small thread-safe key/value store in SQLite for query results and fetched pages.
 
-    Entries older than ``ttl`` seconds are ignored (``None``: never expire). When the file cannot be
-    opened the cache disables itself with a warning instead of failing the search.
+    When the file cannot be opened the cache disables itself with a warning instead of failing the search.
+
+    Args:
+        path: The SQLite file (its folder is created).
+        ttl: Entries older than ``ttl`` seconds are ignored (``None``: never expire).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, ttl: float | None = None) -> None:
@@ -126,7 +129,14 @@ class SearchCache:
 
 
 class RateLimiter:
-    """At most one request per ``min_interval`` seconds, across all threads sharing this limiter."""
+    """At most one request per ``min_interval`` seconds, across all threads sharing this limiter.
+
+    Args:
+        min_interval: Seconds between requests (0: no limit).
+
+    Raises:
+        ValueError: ``min_interval`` is negative.
+    """
 
     def __init__(self, min_interval: float = 1.0) -> None:
         if min_interval < 0:
@@ -182,9 +192,16 @@ def html_to_text(html: str, max_chars: int | None = None) -> str:
 class PageFetcher:
     """Fetch pages with ``httpx`` and reduce them to text, cached and rate limited.
 
-    ``client`` may be any object with ``get(url, ...)`` returning an ``httpx.Response``-like object;
-    by default an ``httpx.Client`` is created on first use. Failures return ``""`` (the caller keeps the
-    search snippet) and are logged.
+    Failures return ``""`` (the caller keeps the search snippet) and are logged.
+
+    Args:
+        client: Any object with ``get(url, ...)`` returning an ``httpx.Response``-like object; by default an
+            ``httpx.Client`` is created on first use.
+        cache: Caches fetched pages (``None``: no cache).
+        limiter: Spaces the requests (default: no limit).
+        max_chars: Cap on a page's text.
+        timeout: Request timeout in seconds of the default client.
+        user_agent: The ``User-Agent`` header of the default client.
     """
 
     def __init__(

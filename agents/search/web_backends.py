@@ -126,10 +126,17 @@ class _WebBackend:
 class DuckDuckGoBackend(_WebBackend):
     """Web search through DuckDuckGo and friends (package ``ddgs``, no API key).
 
-    ``client`` replaces the ``ddgs.DDGS`` object: anything with ``text(query, max_results=k)`` returning
-    dicts with ``title``, ``href`` and ``body`` (tests pass a recorded fake). The other keyword
-    arguments (cache, ``min_interval``, ``fetch_pages``, ``max_page_chars``, ``http_client``) are those
-    of every web backend.
+    Args:
+        client: Replaces the ``ddgs.DDGS`` object: anything with ``text(query, max_results=k)`` returning
+            dicts with ``title``, ``href`` and ``body`` (tests pass a recorded fake).
+        region: ``ddgs``' region code.
+        safesearch: ``ddgs``' safe-search level.
+        backend: ``ddgs``' search backend.
+        **kwargs: The keyword arguments of every web backend (cache, ``min_interval``, ``fetch_pages``,
+            ``max_page_chars``, ``http_client``, ``timeout``).
+
+    Raises:
+        MissingSearchExtraError: No ``client`` and ``ddgs`` is not installed.
     """
 
     name = "ddg"
@@ -178,9 +185,18 @@ class DuckDuckGoBackend(_WebBackend):
 class TavilyBackend(_WebBackend):
     """Web search through the Tavily API (``TAVILY_API_KEY``; package ``tavily-python``).
 
-    ``base_url`` points the official client at another endpoint (tests use a fake server on
-    127.0.0.1); ``client`` replaces the client object entirely (anything with
-    ``search(query, max_results=k)`` returning ``{"results": [{title, url, content, score}]}``).
+    Args:
+        api_key: The API key (default: ``TAVILY_API_KEY``).
+        base_url: Points the official client at another endpoint (tests use a fake server on 127.0.0.1).
+        client: Replaces the client object entirely (anything with ``search(query, max_results=k)`` returning
+            ``{"results": [{title, url, content, score}]}``).
+        search_depth: Tavily's search depth.
+        **kwargs: The keyword arguments of every web backend (cache, ``min_interval``, ``fetch_pages``,
+            ``max_page_chars``, ``http_client``, ``timeout``).
+
+    Raises:
+        SearchConfigError: No ``client`` and no API key.
+        MissingSearchExtraError: No ``client`` and ``tavily-python`` is not installed.
     """
 
     name = "tavily"

@@ -160,7 +160,18 @@ class McpSessions:
         self.started = 0  # server processes started by this run (for tests and benchmarks)
 
     async def call(self, key: str, connection: Mapping[str, Any], tool: str, arguments: dict[str, Any]) -> Any:
-        """Call ``tool`` on the session of ``key`` (started with ``connection`` when there is none)."""
+        """Call ``tool`` on the session of ``key`` (started with ``connection`` when there is none).
+
+        Args:
+            key: Names the session (one server process per key).
+            connection: How to start the server, when the session is new.
+            tool: The tool's name.
+            arguments: The tool's arguments.
+
+        Returns:
+            The tool's result. When the call fails, the session is dropped (the next call starts a fresh one)
+            and the error re-raised.
+        """
         session = await self._session(key, connection)
         try:
             return await session.call_tool(tool, arguments)
@@ -214,7 +225,12 @@ class McpSessions:
         task.add_done_callback(self._closing.discard)
 
     async def aclose(self, timeout: float = 10.0) -> None:
-        """Close every session and wait until their server processes have stopped; later calls raise."""
+        """Close every session and wait until their server processes have stopped; later calls raise.
+
+        Args:
+            timeout: Seconds to wait for the sessions to close; those still open are then cancelled (their
+                processes killed), with as long again to wait.
+        """
         self._closed = True
         for key in list(self._sessions):
             self._drop(key)

@@ -50,7 +50,22 @@ class TrainingCurveError(MasOrchestraError, ValueError):
 
 @dataclass(frozen=True)
 class CurvePoint:
-    """One optimizer step's rollout metrics (NaN where the log lacks a value)."""
+    """One optimizer step's rollout metrics (NaN where the log lacks a value).
+
+    Attributes:
+        step: The optimizer step.
+        reward: Mean reward (``reward``, else ``outcome_reward/mean`` in the log).
+        reward_std: Standard deviation of the reward.
+        valid_spec_rate: Share of completions that parsed into a valid spec.
+        agents_per_spec: Mean agents per valid spec.
+        delegation_share: Share of valid specs with exactly one agent.
+        correct_rate: Share of completions answered correctly.
+        agent_share: Each agent kind's share of the agent nodes in the step's valid specs (``agent_share/<kind>``
+            in the log).
+        structure: The step's structure metrics (``structure/<key>`` in the log: ``depth_mean``,
+            ``ref_depth_mean`` …; see :mod:`mas_orchestra.spec.structure`); empty for runs logged before they
+            existed.
+    """
 
     step: int
     reward: float
@@ -59,16 +74,24 @@ class CurvePoint:
     agents_per_spec: float
     delegation_share: float
     correct_rate: float
-    #: Each agent kind's share of the agent nodes in the step's valid specs (``agent_share/<kind>`` in the log).
     agent_share: dict[str, float] = field(default_factory=dict)
-    #: The step's structure metrics (``structure/<key>`` in the log: ``depth_mean``, ``ref_depth_mean`` …; see
-    #: :mod:`mas_orchestra.spec.structure`); empty for runs logged before they existed.
     structure: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class ValidationPoint:
-    """One validation pass: Avg@k (mean correctness over every sampled completion), pass@k, valid-spec rate."""
+    """One validation pass: Avg@k (mean correctness over every sampled completion), pass@k, valid-spec rate.
+
+    Attributes:
+        step: The optimizer step the pass ran at.
+        avg_at_k: Mean correctness over every sampled completion.
+        pass_at_k: Share of questions with at least one correct sample.
+        valid_rate: Share of samples that parsed into a valid spec.
+        k: Samples per question.
+        questions: Questions validated.
+        samples: Completions sampled in all.
+        subagent_calls: Mean sub-agent calls per valid spec.
+    """
 
     step: int
     avg_at_k: float
@@ -82,7 +105,17 @@ class ValidationPoint:
 
 @dataclass(frozen=True)
 class WindowComparison:
-    """Mean reward and valid-spec rate over the first and the last ``window`` steps."""
+    """Mean reward and valid-spec rate over the first and the last ``window`` steps.
+
+    Attributes:
+        window: Steps per window.
+        first_steps: The steps of the first window.
+        last_steps: The steps of the last window.
+        first_reward: Mean reward over the first window.
+        last_reward: Mean reward over the last window.
+        first_valid: Mean valid-spec rate over the first window.
+        last_valid: Mean valid-spec rate over the last window.
+    """
 
     window: int
     first_steps: tuple[int, ...]
@@ -149,7 +182,11 @@ def _number(entry: dict[str, Any], key: str) -> float:
 
 def curve_from_history(history: Sequence[dict[str, Any]]) -> list[CurvePoint]:
     """The training steps of a ``log_history`` (entries with our ``valid_spec_rate``; evaluation entries are
-    prefixed ``eval_`` and skipped), one point per step (a step logged twice keeps its last entry), by step."""
+    prefixed ``eval_`` and skipped), one point per step (a step logged twice keeps its last entry), by step.
+
+    Args:
+        history: The trainer state's ``log_history`` entries.
+    """
     by_step: dict[int, CurvePoint] = {}
     for entry in history:
         if "valid_spec_rate" not in entry or "step" not in entry:
@@ -172,7 +209,11 @@ def curve_from_history(history: Sequence[dict[str, Any]]) -> list[CurvePoint]:
 
 
 def validation_from_history(history: Sequence[dict[str, Any]]) -> list[ValidationPoint]:
-    """The validation passes of a ``log_history`` (entries with ``val/avg_at_k``), one per step, by step."""
+    """The validation passes of a ``log_history`` (entries with ``val/avg_at_k``), one per step, by step.
+
+    Args:
+        history: The trainer state's ``log_history`` entries.
+    """
     by_step: dict[int, ValidationPoint] = {}
     for entry in history:
         if "val/avg_at_k" not in entry or "step" not in entry:
@@ -271,7 +312,11 @@ def compare_windows(curve: Sequence[CurvePoint], fraction: float = 0.2) -> Windo
 
 
 def used_kinds(curve: Sequence[CurvePoint]) -> list[str]:
-    """The agent kinds some step's rollouts used, sorted by name (the same columns for every run)."""
+    """The agent kinds some step's rollouts used, sorted by name (the same columns for every run).
+
+    Args:
+        curve: The training curve's points.
+    """
     return sorted({kind for p in curve for kind, share in p.agent_share.items() if share > 0})
 
 
@@ -282,7 +327,11 @@ _STRUCTURE_COLUMNS = (("depth_mean", "depth"), ("ref_depth_mean", "refdepth"), (
 
 def format_curve(curve: Sequence[CurvePoint]) -> str:
     """A plain-text table of the curve, one row per step (with the share of each agent kind used and, for runs
-    that logged them, the structure metrics: depth along edges, depth along references, width, wired share)."""
+    that logged them, the structure metrics: depth along edges, depth along references, width, wired share).
+
+    Args:
+        curve: The points, as :func:`curve_from_history` returns them.
+    """
     kinds = used_kinds(curve)
     shapes = [(key, title) for key, title in _STRUCTURE_COLUMNS if any(key in p.structure for p in curve)]
     lines = [f"{'step':>5} {'reward':>7} {'± std':>6} {'valid':>6} {'agents':>6} {'deleg':>6} {'correct':>7}"
@@ -296,7 +345,11 @@ def format_curve(curve: Sequence[CurvePoint]) -> str:
 
 
 def format_validation(points: Sequence[ValidationPoint]) -> str:
-    """A plain-text table of the validation passes, one row per step."""
+    """A plain-text table of the validation passes, one row per step.
+
+    Args:
+        points: The passes, as :func:`validation_from_history` returns them (``k`` is read from the first).
+    """
     k = points[0].k if points else 0
     lines = [f"{'step':>5} {f'Avg@{k}':>7} {f'pass@{k}':>7} {'valid':>6} {'questions':>9} {'samples':>7} {'calls':>6}"]
     for p in points:

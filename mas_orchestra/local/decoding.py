@@ -56,7 +56,15 @@ _COMPILERS_LOCK = threading.Lock()
 def stop_token_ids(eos_token_id: int | list[int] | None, tokenizer: Any) -> list[int]:
     """The end-of-text ids ``generate`` stops on (its ``eos_token_id``, else the tokenizer's): a completed
     grammar may only be followed by one of them (any other "stop" token would be sampled without ending
-    the row, which would then run to the length limit)."""
+    the row, which would then run to the length limit).
+
+    Args:
+        eos_token_id: ``generate``'s end-of-text id(s), or ``None``.
+        tokenizer: The tokenizer (its ``eos_token_id`` is the fallback).
+
+    Raises:
+        GrammarError: Neither gives an id.
+    """
     value = eos_token_id
     if value is None:
         value = getattr(tokenizer, "eos_token_id", None)
@@ -67,7 +75,13 @@ def stop_token_ids(eos_token_id: int | list[int] | None, tokenizer: Any) -> list
 
 
 def grammar_compiler(tokenizer: Any, vocab_size: int, stop_ids: list[int]) -> Any:
-    """An xgrammar ``GrammarCompiler`` for this tokenizer and stop ids (cached; it caches compiled grammars)."""
+    """An xgrammar ``GrammarCompiler`` for this tokenizer and stop ids (cached; it caches compiled grammars).
+
+    Args:
+        tokenizer: The model's tokenizer.
+        vocab_size: The model's vocabulary size (its embedding rows).
+        stop_ids: The end-of-text ids (:func:`stop_token_ids`).
+    """
     xgr = require_xgrammar()
     key = (vocab_size, tuple(stop_ids))
     with _COMPILERS_LOCK:
@@ -85,7 +99,12 @@ _WHOLE_CHARACTER_MASKS: weakref.WeakKeyDictionary[Any, dict[int, Any]] = weakref
 def whole_character_mask(tokenizer: Any, words: int) -> Any:
     """A token bitmask (xgrammar's layout: ``words`` int32 words, bit ``t % 32`` of word ``t // 32``) that
     allows every token except those decoding to an incomplete UTF-8 character (byte-level BPE pieces of
-    a multi-byte character). Cached per tokenizer."""
+    a multi-byte character). Cached per tokenizer.
+
+    Args:
+        tokenizer: The model's tokenizer.
+        words: 32-bit words of the mask (ids past the tokenizer's vocabulary stay allowed).
+    """
     import numpy as np
     import torch
 
@@ -136,7 +155,16 @@ def _compile(compiler: Any, grammar: str, what: str) -> Any:
 
 @dataclass
 class DecodingStats:
-    """What the constraint did during one generate call (summed over rows)."""
+    """What the constraint did during one generate call (summed over rows).
+
+    Attributes:
+        rows: Rows decoded.
+        stage_switches: Switches to a next stage's grammar.
+        closings: Switches to a closing grammar at the token reserve.
+        rejected_tokens: Sampled tokens the grammar did not accept.
+        forced_tokens: Tokens the grammar forced.
+        mask_seconds: Seconds spent computing token masks.
+    """
 
     rows: int = 0
     stage_switches: int = 0
@@ -162,6 +190,13 @@ class ConstrainedLogitsProcessor:
 
     Put no top-k/top-p warper before it that could remove every allowed token: generate with ``top_p=1``
     (temperature scaling commutes with the mask).
+
+    Attributes:
+        constraint: The constraint every row decodes under.
+        tokenizer: The model's tokenizer.
+        compiler: The xgrammar compiler (:func:`grammar_compiler`).
+        max_new_tokens: The call's token budget (stages and the closing are fitted to it).
+        stats: What the constraint did during the call.
     """
 
     constraint: OutputConstraint
@@ -246,6 +281,11 @@ class ConstrainedLogitsProcessor:
         Empty unless ``chosen`` is the first of the forced run found at the last mask. The run is cut so that
         the call's token budget holds and, before the closing switch, the row never jumps past the point
         where the closing grammar must take over (its budget fitting assumes that point is reached exactly).
+
+        Args:
+            i: The row.
+            chosen: The row's sampled next token.
+            generated: Tokens the row has generated, ``chosen`` included.
         """
         if not self._rows or i >= len(self._rows):
             return []
@@ -278,8 +318,15 @@ def constrain_generate(model: Any, tokenizer: Any, constraint: OutputConstraint)
     """Make every later ``model.generate`` call (e.g. TRL's rollouts) decode under ``constraint``.
 
     Installs, on the innermost transformers model, a ``generate`` that adds a fresh
-    :class:`ConstrainedLogitsProcessor` per call (PEFT wrappers delegate to it). Returns the running
-    :class:`DecodingStats` of all calls.
+    :class:`ConstrainedLogitsProcessor` per call (PEFT wrappers delegate to it).
+
+    Args:
+        model: The model (a PEFT model's base model is patched).
+        tokenizer: Its tokenizer.
+        constraint: The constraint.
+
+    Returns:
+        The running :class:`DecodingStats` of all calls.
     """
     from transformers import LogitsProcessorList
 

@@ -89,9 +89,11 @@ _SELFCHECK_TOKENS = 8
 class EmbeddedModelUnavailableError(MissingExtraError):
     """The embedded model cannot be used because a package is missing.
 
-    ``command`` is the exact ``pip install`` command that fixes it (also in the message); ``extra`` names
-    the optional extra when that command installs one (``embedded``), and is None for the GGUF package,
-    which no extra installs.
+    Args:
+        message: What is missing.
+        command: The exact ``pip install`` command that fixes it (also in the message).
+        extra: The optional extra when that command installs one (``embedded``); None for the GGUF package,
+            which no extra installs.
     """
 
     def __init__(self, message: str, command: str, *, extra: str | None = None) -> None:

@@ -54,19 +54,36 @@ class Sampling:
 
 @dataclass
 class LocalReply:
-    """A finished reply: text, token counts, why it ended, and what the engine did for it."""
+    """A finished reply: text, token counts, why it ended, and what the engine did for it.
+
+    Attributes:
+        text: The reply (cut at the first stop string).
+        prompt_tokens: Tokens of the prompt.
+        output_tokens: Tokens generated.
+        finish_reason: ``stop`` (end of text, stop string, grammar end) or ``length``.
+        cached_prompt_tokens: Prompt tokens taken from the prefix cache.
+        forward_passes: Forward passes the row took part in.
+        constrained: The grammar's counters, when a constraint was given.
+    """
 
     text: str
     prompt_tokens: int
     output_tokens: int
-    finish_reason: str  # "stop" (end of text, stop string, grammar end) or "length"
+    finish_reason: str
     cached_prompt_tokens: int = 0
     forward_passes: int = 0
-    constrained: dict[str, Any] | None = None  # the grammar's counters, when a constraint was given
+    constrained: dict[str, Any] | None = None
 
 
 class PendingReply:
-    """A queued call: :meth:`result` blocks, :meth:`wait` awaits (cancelling it takes the row out of its batch)."""
+    """A queued call: :meth:`result` blocks, :meth:`wait` awaits (cancelling it takes the row out of its batch).
+
+    Args:
+        engine: The engine running the call.
+        future: The row's future.
+        stop: Stop strings the reply is cut at.
+        processor: The row's constrained logits processor, or ``None``.
+    """
 
     def __init__(self, engine: LocalEngine, future: Future[Any], stop: tuple[str, ...], processor: Any) -> None:
         self._engine, self.future, self._stop, self._processor = engine, future, stop, processor
@@ -95,7 +112,12 @@ class PendingReply:
 
 
 def truncate_at_stop(text: str, stop: tuple[str, ...] | list[str]) -> tuple[str, bool]:
-    """Cut ``text`` at the earliest occurrence of any stop string; returns the text and whether it was cut."""
+    """Cut ``text`` at the earliest occurrence of any stop string; returns the text and whether it was cut.
+
+    Args:
+        text: The text.
+        stop: The stop strings (empty ones are ignored).
+    """
     cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=-1)
     return (text[:cut], True) if cut >= 0 else (text, False)
 

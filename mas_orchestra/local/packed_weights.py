@@ -83,15 +83,25 @@ class DecodeWeightsError(MasOrchestraError, ValueError):
 
 @dataclass
 class PackReport:
-    """What :func:`pack_decode_weights` did to one model."""
+    """What :func:`pack_decode_weights` did to one model.
 
-    exact: bool  # every packed layer held exact 4-bit group-wise values
-    packed_layers: int = 0  # linear layers read as int4
-    head_layers: int = 0  # output heads read from a bf16 copy
-    max_error_steps: float = 0.0  # largest rounding of a weight, in quantization steps (0 when exact)
-    packed_bytes: int = 0  # bytes of the packed weights, scales and bf16 head
+    Attributes:
+        exact: Every packed layer held exact 4-bit group-wise values.
+        packed_layers: Linear layers read as int4.
+        head_layers: Output heads read from a bf16 copy.
+        max_error_steps: Largest rounding of a weight, in quantization steps (0 when exact).
+        packed_bytes: Bytes of the packed weights, scales and bf16 head.
+        seconds: Seconds the packing took.
+        skipped: Why nothing was packed (auto on a model that is not 4-bit), else empty.
+    """
+
+    exact: bool
+    packed_layers: int = 0
+    head_layers: int = 0
+    max_error_steps: float = 0.0
+    packed_bytes: int = 0
     seconds: float = 0.0
-    skipped: str = ""  # why nothing was packed (auto on a model that is not 4-bit), else empty
+    skipped: str = ""
 
 
 def _setting(setting: str | None) -> str:
@@ -108,7 +118,17 @@ def _kernel_available() -> bool:
 
 def decode_packed(model: Any, device: str, setting: str | None = None) -> bool:
     """Whether a request with ``setting`` decodes ``model`` packed; packs the model on first use (see the module
-    docstring). Raises :class:`DecodeWeightsError` for an unknown setting, or ``int4`` off a CPU."""
+    docstring).
+
+    Args:
+        model: The model.
+        device: Its device.
+        setting: ``float32`` | ``auto`` | ``int4`` (default: ``MAS_DECODE_WEIGHTS``, else ``auto``).
+
+    Raises:
+        DecodeWeightsError: An unknown setting, or ``int4`` off a CPU, without torch's CPU int4 kernel or on a
+            model that is not float32.
+    """
     import torch
 
     value = _setting(setting)
@@ -134,7 +154,12 @@ def decode_packed(model: Any, device: str, setting: str | None = None) -> bool:
 def pack_decode_weights(model: Any, *, lossy: bool = False) -> PackReport:
     """Pack ``model``'s linear layers (adapters excepted) as int4 and its output head as bf16, once (later calls
     return the same report). Without ``lossy`` nothing is packed unless every layer holds exact 4-bit values; with it,
-    the layers are rounded to the 4-bit grid (and a model packed exactly before stays as it is)."""
+    the layers are rounded to the 4-bit grid (and a model packed exactly before stays as it is).
+
+    Args:
+        model: The model.
+        lossy: Round the layers to the 4-bit grid.
+    """
     with _PACK_LOCK:
         report: PackReport | None = getattr(model, "_mas_decode_pack", None)
         if report is not None and (report.packed_layers > 0 or not lossy):
@@ -255,7 +280,11 @@ def _packed_forward(self: Any, x: Any) -> Any:
 
 @contextlib.contextmanager
 def packed_decoding(enabled: bool = True) -> Iterator[None]:
-    """Within the block (this thread or task), forward passes of few token positions use packed weights."""
+    """Within the block (this thread or task), forward passes of few token positions use packed weights.
+
+    Args:
+        enabled: False turns packed weights off within the block instead.
+    """
     token = _ACTIVE.set(bool(enabled))
     try:
         yield

@@ -73,8 +73,16 @@ def cpu_has_native_bf16() -> bool:
 
 def read_setting(setting: str | None, *, field: str, env_var: str, choices: tuple[str, ...],
                  error: type[MasOrchestraError], default: str = "auto") -> str:
-    """``setting``, else ``env_var``'s value, else ``default``, lower-cased; ``error`` names the field (or the
-    variable) and the valid ``choices`` when it is none of them."""
+    """``setting``, else ``env_var``'s value, else ``default``, lower-cased.
+
+    Args:
+        setting: The caller's value.
+        field: The setting's name, for the message.
+        env_var: The environment variable read when ``setting`` is ``None``.
+        choices: The valid values.
+        error: Raised, naming the field (or the variable) and the valid ``choices``, for any other value.
+        default: The value when neither is set.
+    """
     return environment.choice(env_var, setting, field=field, choices=choices, default=default, error=error)
 
 
@@ -84,7 +92,14 @@ def _setting(setting: str | None) -> str:
 
 
 def resolve_prefill_dtype(device: str, model_dtype: Any, setting: str | None = None) -> Any:
-    """The torch dtype to prefill in (``torch.bfloat16``), or ``None`` for the model's own precision."""
+    """The torch dtype to prefill in (``torch.bfloat16``), or ``None`` for the model's own precision.
+
+    Args:
+        device: The model's device (only a CPU prefills in bf16).
+        model_dtype: The model's dtype (only a float32 model prefills in bf16).
+        setting: ``float32`` | ``bfloat16`` | ``auto`` (default: ``MAS_PREFILL_DTYPE``, else ``auto``: bf16 where
+            the CPU has native bf16).
+    """
     import torch
 
     value = _setting(setting)
@@ -97,7 +112,11 @@ def resolve_prefill_dtype(device: str, model_dtype: Any, setting: str | None = N
 
 @contextlib.contextmanager
 def prefill_autocast(dtype: Any) -> Iterator[None]:
-    """Run the block under CPU autocast to ``dtype`` (nothing for ``None``)."""
+    """Run the block under CPU autocast to ``dtype`` (nothing for ``None``).
+
+    Args:
+        dtype: The torch dtype, or ``None``.
+    """
     if dtype is None:
         yield
         return
@@ -108,7 +127,12 @@ def prefill_autocast(dtype: Any) -> Iterator[None]:
 
 
 def cast_cache(cache: Any, dtype: Any) -> None:
-    """Cast every layer's keys and values of a transformers cache to ``dtype`` in place."""
+    """Cast every layer's keys and values of a transformers cache to ``dtype`` in place.
+
+    Args:
+        cache: The transformers cache.
+        dtype: The torch dtype.
+    """
     for layer in getattr(cache, "layers", []):
         # each on its own: under autocast the keys come out of the rotary embedding in float32, the values not
         for name in ("keys", "values"):

@@ -68,7 +68,12 @@ def prefix_cache_bytes() -> int:
 
 @dataclass
 class PrefixHit:
-    """The cached key/values of the first ``length`` prompt tokens (per layer ``(keys, values)``)."""
+    """The cached key/values of the first ``length`` prompt tokens (per layer ``(keys, values)``).
+
+    Attributes:
+        length: Prompt tokens covered.
+        layers: Per layer, the ``(keys, values)`` tensors.
+    """
 
     length: int
     layers: list[tuple[Any, Any]]
@@ -82,7 +87,12 @@ class _Entry:
 
 
 class PrefixCache:
-    """A thread-safe LRU of prompt key/value caches for one model, bounded by bytes."""
+    """A thread-safe LRU of prompt key/value caches for one model, bounded by bytes.
+
+    Args:
+        identity: The model's identity (path, device, dtype, tokenizer); every lookup checks it.
+        max_bytes: The bound on the cached key/values.
+    """
 
     def __init__(self, identity: str, max_bytes: int) -> None:
         self.identity = identity

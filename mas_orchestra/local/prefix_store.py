@@ -68,7 +68,14 @@ def weights_fingerprint(model_dir: str | Path) -> str:
 
 
 class PrefixStore:
-    """The on-disk prefixes of one model (see the module docstring)."""
+    """The on-disk prefixes of one model (see the module docstring).
+
+    Args:
+        identity: The model's in-memory identity (path, device, dtype, tokenizer).
+        fingerprint: A fingerprint of its weight files.
+        root: The root folder (default: ``MAS_PREFIX_STORE_DIR``, else ``prefixes`` under the cache root).
+        max_bytes: The bound on the model's folder (default: ``MAS_PREFIX_STORE_MB``, else 512 MiB; 0: off).
+    """
 
     def __init__(self, identity: str, fingerprint: str, *, root: str | Path | None = None,
                  max_bytes: int | None = None) -> None:

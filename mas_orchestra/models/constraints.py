@@ -89,20 +89,39 @@ class OutputConstraint:
     name: str = "output"
 
     def grammar(self, max_tokens: int | None = None, *, staged: bool = False) -> str:
-        """The EBNF grammar (``root`` rule) for a call that may generate ``max_tokens`` tokens."""
+        """The EBNF grammar (``root`` rule) for a call that may generate ``max_tokens`` tokens.
+
+        Args:
+            max_tokens: The call's token budget (``None``: unbounded).
+            staged: Return the first stage's grammar (staged local decoding) instead of the whole one.
+        """
         raise NotImplementedError
 
     def next_stage(self, text: str, remaining: int | None = None) -> str | None:
         """Grammar to continue with once the current one completed on ``text`` with ``remaining`` tokens
-        left (staged decoding), or None when the output is complete."""
+        left (staged decoding), or None when the output is complete.
+
+        Args:
+            text: The output so far.
+            remaining: Tokens left (``None``: unbounded).
+        """
         return None
 
     def reserve_tokens(self, max_tokens: int | None) -> int:
-        """When this many tokens are left, :meth:`closing_grammar` may take over (0 = never)."""
+        """When this many tokens are left, :meth:`closing_grammar` may take over (0 = never).
+
+        Args:
+            max_tokens: The call's token budget.
+        """
         return 0
 
     def closing_grammar(self, text: str, remaining: int) -> str | None:
-        """A grammar that finishes ``text`` within ``remaining`` tokens, or None to keep the current one."""
+        """A grammar that finishes ``text`` within ``remaining`` tokens, or None to keep the current one.
+
+        Args:
+            text: The output so far.
+            remaining: Tokens left.
+        """
         return None
 
     def json_schema(self) -> dict[str, Any]:
@@ -128,18 +147,29 @@ class OrchestrationConstraint(OutputConstraint):
     stage to the tokens left: an agent is offered only if it and the largest edge block still fit, with its
     text bounds scaled down as the budget shrinks. So a staged orchestration is complete and valid within
     ``max_new_tokens``.
+
+    Attributes:
+        name: The constraint's name.
+        dom: The degree of MAS of the orchestrations.
+        registry: The agent kinds offered.
+        limits: Bounds on agents and text lengths.
+        direct_answers: High DoM: the orchestrator may answer right after the thinking, with no agents (low DoM
+            always may). Off unless asked for (training rollouts keep their grammar); the Orchestra turns it on.
     """
 
     name: str = "orchestration"
     dom: Dom = "high"
     registry: AgentRegistry = field(default_factory=lambda: default_registry)
     limits: GrammarLimits = field(default_factory=GrammarLimits)
-    #: High DoM: the orchestrator may answer right after the thinking, with no agents (low DoM always may). Off
-    #: unless asked for (training rollouts keep their grammar); the Orchestra turns it on.
     direct_answers: bool = False
 
     def grammar(self, max_tokens: int | None = None, *, staged: bool = False) -> str:
-        """The orchestration grammar: one piece, or with ``staged`` the first stage fitted to ``max_tokens``."""
+        """The orchestration grammar: one piece, or with ``staged`` the first stage fitted to ``max_tokens``.
+
+        Args:
+            max_tokens: The call's token budget (``None``: unbounded).
+            staged: Return the first stage (the thinking) instead of the whole grammar.
+        """
         if not staged:
             return orchestration_grammar(self.dom, self.registry, self.limits, direct_answer=self.direct_answers)
         chars = self.limits.thinking_chars
@@ -148,7 +178,12 @@ class OrchestrationConstraint(OutputConstraint):
         return thinking_grammar(chars)
 
     def next_stage(self, text: str, remaining: int | None = None) -> str | None:
-        """The grammar of the next stage after ``text`` (``None`` when the orchestration is complete)."""
+        """The grammar of the next stage after ``text`` (``None`` when the orchestration is complete).
+
+        Args:
+            text: The orchestration so far.
+            remaining: Tokens left (``None``: unbounded).
+        """
         if text.endswith(EDGE_MARKER):
             return edge_grammar(text)
         if text.endswith("</thinking>"):
@@ -214,6 +249,11 @@ class ReplyConstraint(OutputConstraint):
     when only the reserve is left and the thinking is still open, decoding is switched to a grammar that
     closes it and writes the answer — so a reply is complete even when the model would have reasoned past
     its budget.
+
+    Attributes:
+        name: The constraint's name.
+        thinking_chars: Most characters of the thinking.
+        answer_chars: Most characters of the answer (before fitting to the budget).
     """
 
     name: str = "reply"
@@ -224,7 +264,12 @@ class ReplyConstraint(OutputConstraint):
         return self.answer_chars if max_tokens is None else max(4, min(self.answer_chars, max_tokens // 4))
 
     def grammar(self, max_tokens: int | None = None, *, staged: bool = False) -> str:
-        """The reply grammar, its answer part fitted to ``max_tokens``."""
+        """The reply grammar, its answer part fitted to ``max_tokens``.
+
+        Args:
+            max_tokens: The call's token budget (``None``: unbounded).
+            staged: Unused (a reply has one stage; the closing grammar takes over at the reserve).
+        """
         return reply_grammar(self.thinking_chars, self._answer_chars(max_tokens))
 
     def reserve_tokens(self, max_tokens: int | None) -> int:
@@ -236,6 +281,10 @@ class ReplyConstraint(OutputConstraint):
         """The grammar that closes the reasoning and writes the answer within ``remaining`` tokens.
 
         ``None`` when no closing is needed (already answering, or not started).
+
+        Args:
+            text: The reply so far.
+            remaining: Tokens left.
         """
         if "</thinking>" in text or not text.startswith("<thinking>"):
             return None  # already answering (its length is bounded), or not started: nothing to cut
@@ -262,7 +311,11 @@ def _innermost(model: Any) -> Any:
 
 
 def structured_output_backend(model: Any) -> Backend | None:
-    """How ``model`` takes constraints: ``local``, ``vllm``, ``openai``, ``tools``, or None (it cannot)."""
+    """How ``model`` takes constraints: ``local``, ``vllm``, ``openai``, ``tools``, or None (it cannot).
+
+    Args:
+        model: The chat model (retry and binding wrappers are looked through).
+    """
     inner = _innermost(model)
     if getattr(inner, "supports_grammar_constraints", False):
         return "local"
@@ -305,8 +358,12 @@ def bind_constraint(
 ) -> Runnable:
     """``model`` bound so that its replies follow ``constraint``.
 
-    Raises :class:`ConstrainedDecodingError` when the backend cannot take it — unless ``fallback`` is true,
-    in which case the warning is logged and ``model`` is returned unconstrained.
+    Args:
+        model: The chat model.
+        constraint: The constraint.
+        max_tokens: The call's token budget.
+        fallback: Where the backend cannot take it, log a warning and return ``model`` unconstrained (else
+            raise :class:`ConstrainedDecodingError`).
     """
     backend = structured_output_backend(model)
     if backend == "local":
@@ -340,9 +397,11 @@ ConstrainedSetting = Literal["auto"] | bool | None
 def constraint_mode(setting: ConstrainedSetting, model: Any) -> Literal["on", "off", "fallback"]:
     """What a ``constrained=`` setting means for ``model``.
 
-    ``None`` (the default): on for local models (embedded, hf:), off for the rest; ``True``: on, and a
-    backend that cannot do it is an error; ``False``: off; ``"auto"``: on where the backend can, elsewhere
-    off with a logged warning.
+    Args:
+        setting: ``None`` (the default): on for local models (embedded, hf:), off for the rest; ``True``: on, and
+            a backend that cannot do it is an error; ``False``: off; ``"auto"``: on where the backend can,
+            elsewhere off with a logged warning (``fallback``).
+        model: The chat model.
     """
     if setting is None:
         return "on" if structured_output_backend(model) == "local" else "off"
@@ -356,7 +415,11 @@ def constraint_mode(setting: ConstrainedSetting, model: Any) -> Literal["on", "o
 
 
 def tool_signatures(tools: Sequence[Any]) -> list[ToolSignature]:
-    """Name and (argument, JSON type) pairs of LangChain tools, required arguments first, in schema order."""
+    """Name and (argument, JSON type) pairs of LangChain tools, required arguments first, in schema order.
+
+    Args:
+        tools: The tools (one whose schema cannot be read is left out).
+    """
     signatures = []
     for tool in tools:
         schema: Any = tool.tool_call_schema
@@ -379,7 +442,12 @@ class ToolTurnConstraint(ReplyConstraint):
     tools: tuple[ToolSignature, ...] = ()
 
     def grammar(self, max_tokens: int | None = None, *, staged: bool = False) -> str:
-        """The reply grammar, or a ``<tool_call>`` of one of the offered tools."""
+        """The reply grammar, or a ``<tool_call>`` of one of the offered tools.
+
+        Args:
+            max_tokens: The call's token budget (``None``: unbounded).
+            staged: Unused (one stage).
+        """
         reply = super().grammar(max_tokens).split("::=", 1)[1].strip()
         calls = tool_call_grammar(self.tools)
         return f"root ::= ({reply})" + (f" | {calls}" if calls else "") + "\n"
@@ -387,7 +455,11 @@ class ToolTurnConstraint(ReplyConstraint):
 
 class ReplyConstrainerHook:
     """``CallSettings.constrain_reply``: ``hook(model, max_tokens)`` binds the reply contract; ``hook.tool_turn(
-    model, tools, max_tokens)`` binds a tool agent's turn (reply or tool call) on local models."""
+    model, tools, max_tokens)`` binds a tool agent's turn (reply or tool call) on local models.
+
+    Args:
+        fallback: Decode freely, with a logged warning, where the backend cannot take the constraint.
+    """
 
     def __init__(self, fallback: bool) -> None:
         self.fallback = fallback
@@ -397,7 +469,13 @@ class ReplyConstrainerHook:
         return bind_constraint(target, ReplyConstraint(), max_tokens=max_tokens, fallback=self.fallback)
 
     def tool_turn(self, target: Runnable, tools: Sequence[Any], max_tokens: int | None) -> Runnable:
-        """``target`` bound to the tool-turn grammar for local models; API models call tools natively."""
+        """``target`` bound to the tool-turn grammar for local models; API models call tools natively.
+
+        Args:
+            target: The chat model.
+            tools: The tools offered.
+            max_tokens: The turn's token budget.
+        """
         if structured_output_backend(target) != "local":
             return target  # API models call tools natively; their text turns stay free
         constraint = ToolTurnConstraint(tools=tuple(tool_signatures(tools)))
@@ -407,8 +485,10 @@ class ReplyConstrainerHook:
 def reply_constrainer(mode: Literal["on", "off", "fallback"], model: Any = None) -> Any:
     """The ``CallSettings.constrain_reply`` hook for a mode (None when off).
 
-    With ``model``, checks now that its backend can take the reply constraint (raising
-    :class:`ConstrainedDecodingError` in mode ``on``), rather than at the first sub-agent call.
+    Args:
+        mode: What :func:`constraint_mode` said.
+        model: If given, checks now that its backend can take the reply constraint (raising
+            :class:`ConstrainedDecodingError` in mode ``on``), rather than at the first sub-agent call.
     """
     if mode == "off":
         return None

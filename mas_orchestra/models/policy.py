@@ -32,7 +32,11 @@ class ModelNotAllowedError(MasOrchestraError, ValueError):
 
 
 def is_loopback_host(host: str) -> bool:
-    """Whether ``host`` (a name or an address, IPv6 with or without brackets) is this machine's loopback."""
+    """Whether ``host`` (a name or an address, IPv6 with or without brackets) is this machine's loopback.
+
+    Args:
+        host: The host name or address.
+    """
     name = host.strip().strip("[]").lower()
     if name in _LOOPBACK_NAMES:
         return True
@@ -75,16 +79,29 @@ class ModelPolicy:
 
     @staticmethod
     def default_patterns(extra: Iterable[str] = ()) -> tuple[str, ...]:
-        """:data:`BASE_MODEL_PATTERNS`, the server's own default models from the environment, then ``extra``."""
+        """:data:`BASE_MODEL_PATTERNS`, the server's own default models from the environment, then ``extra``.
+
+        Args:
+            extra: More patterns (duplicates are dropped).
+        """
         return tuple(dict.fromkeys([*BASE_MODEL_PATTERNS, *_own_models(), *extra]))
 
     @classmethod
     def with_extra(cls, extra: Iterable[str] = (), **options: Any) -> ModelPolicy:
-        """The default patterns plus ``extra`` (e.g. the ``--allow-model`` patterns), with ``options``."""
+        """The default patterns plus ``extra`` (e.g. the ``--allow-model`` patterns), with ``options``.
+
+        Args:
+            extra: More patterns.
+            **options: The policy's other fields (``allow_python_models`` …).
+        """
         return cls(patterns=cls.default_patterns(extra), **options)
 
     def check(self, role: str, model: str) -> None:
         """Accept ``model`` for ``role`` or raise.
+
+        Args:
+            role: Whose model it is (``orchestrator``, ``subagent`` …), for the message.
+            model: The model string.
 
         Raises:
             ModelNotAllowedError: naming the model and how to allow it.
@@ -115,7 +132,12 @@ class ModelPolicy:
 
 def keyless(model: str, timeout: float | None = None) -> Any:
     """A request's model string as an Orchestra takes it: a ``vllm:`` one is built here with no API key
-    (``$VLLM_API_KEY`` never goes to a URL a request chose); any other is returned as it is."""
+    (``$VLLM_API_KEY`` never goes to a URL a request chose); any other is returned as it is.
+
+    Args:
+        model: The request's model string.
+        timeout: Request timeout in seconds of a ``vllm:`` model.
+    """
     if model.strip().lower().startswith("vllm:"):
         from mas_orchestra.models.resolve import resolve_model
 

@@ -23,13 +23,23 @@ StructuredMethod = Literal["openai", "tools"]
 
 @dataclass(frozen=True)
 class Provider:
-    """One LangChain chat provider as ``init_chat_model`` names it."""
+    """One LangChain chat provider as ``init_chat_model`` names it.
+
+    Attributes:
+        name: The provider's name.
+        package: The importable module of the integration.
+        distribution: What pip installs.
+        extra: Our extra that installs it (None: install the distribution itself).
+        key: The API key's environment variable, None if it authenticates otherwise.
+        structured: How its chat models take structured-output requests (``openai`` or ``tools``; None: not
+            at all).
+    """
 
     name: str
-    package: str  # the importable module of the integration
-    distribution: str  # what pip installs
-    extra: str | None  # our extra that installs it (None: install the distribution itself)
-    key: str | None  # the API key's environment variable, None if it authenticates otherwise
+    package: str
+    distribution: str
+    extra: str | None
+    key: str | None
     structured: StructuredMethod | None
 
 
@@ -76,6 +86,11 @@ PROVIDERS: dict[str, Provider] = {
 
 
 def closest_provider(name: str, valid: list[str]) -> str | None:
-    """The valid provider (or model form) closest to a misspelt one, or None when nothing is close."""
+    """The valid provider (or model form) closest to a misspelt one, or None when nothing is close.
+
+    Args:
+        name: The misspelt name.
+        valid: The valid names.
+    """
     found = difflib.get_close_matches(name.lower(), valid, n=1, cutoff=0.6)
     return found[0] if found else None

@@ -45,7 +45,12 @@ MODEL_FORMS = (
 
 
 class MissingCredentialsError(MasOrchestraError, RuntimeError):
-    """A provider's API key is not set; the message names the variable."""
+    """A provider's API key is not set; the message names the variable.
+
+    Args:
+        model: The model string.
+        variable: The environment variable (kept as ``variable``).
+    """
 
     def __init__(self, model: str, variable: str) -> None:
         super().__init__(f"model {model!r} needs the environment variable {variable}: export {variable}=...")
@@ -209,7 +214,12 @@ _HTTP_OPTIONS = {
 
 
 class UnknownModelError(MasOrchestraError, ValueError):
-    """A model string names no provider or form we know; the message suggests the closest valid one."""
+    """A model string names no provider or form we know; the message suggests the closest valid one.
+
+    Args:
+        text: The model string.
+        prefix: Its provider or form (the closest valid one is kept as ``suggestion``, or ``None``).
+    """
 
     def __init__(self, text: str, prefix: str) -> None:
         valid = [*_OUR_PREFIXES, *PROVIDERS]

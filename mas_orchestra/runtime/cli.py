@@ -12,7 +12,11 @@ __all__ = ["add_cli", "add_constrained_flag", "add_fidelity_flags", "add_setting
 
 
 def add_fidelity_flags(parser: argparse.ArgumentParser) -> None:
-    """``--strict`` and ``--prompt DIR``: how orchestrations are read, and the orchestrator's prompt template."""
+    """``--strict`` and ``--prompt DIR``: how orchestrations are read, and the orchestrator's prompt template.
+
+    Args:
+        parser: The subcommand's parser.
+    """
     parser.add_argument("--strict", action="store_true",
                         help="any leniency in reading an orchestration (spec warnings) makes it invalid_spec")
     parser.add_argument("--prompt", default=None, metavar="DIR",
@@ -21,7 +25,11 @@ def add_fidelity_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def add_constrained_flag(parser: argparse.ArgumentParser) -> None:
-    """``--constrained`` / ``--no-constrained`` / ``--constrained-auto`` into ``args.constrained``."""
+    """``--constrained`` / ``--no-constrained`` / ``--constrained-auto`` into ``args.constrained``.
+
+    Args:
+        parser: The subcommand's parser.
+    """
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--constrained", dest="constrained", action="store_const", const=True, default=None,
                        help="decode orchestrations and sub-agent replies under grammars (default: on for "
@@ -244,7 +252,11 @@ def add_settings_flags(parser: argparse.ArgumentParser, *, concurrency: bool = T
 
 
 def add_cli(sub: Any) -> None:
-    """Register ``run`` on the main parser's subcommands."""
+    """Register ``run`` on the main parser's subcommands.
+
+    Args:
+        sub: The main parser's subcommands (what ``add_subparsers`` returned).
+    """
     p = sub.add_parser("run", help="orchestrate a multi-agent system for a question and run it")
     p.add_argument("question")
     p.add_argument("--orchestrator", default="embedded", help="model string (default: embedded)")

@@ -102,7 +102,11 @@ def whole_response_answer(status: Status | str, error: str | None, orchestration
 
 
 class RunRecord:
-    """Mutable record of a run in progress, so a timeout can still report what finished."""
+    """Mutable record of a run in progress, so a timeout can still report what finished.
+
+    Args:
+        question: The run's question.
+    """
 
     def __init__(self, question: str) -> None:
         self.question = question

@@ -58,7 +58,11 @@ class PipelineState(TypedDict, total=False):
 
 
 def setup_of(orchestra: PipelineRunner) -> dict[str, str]:
-    """What a thread must be resumed with: the model names and the DoM (the spec lives in the thread)."""
+    """What a thread must be resumed with: the model names and the DoM (the spec lives in the thread).
+
+    Args:
+        orchestra: The runner.
+    """
     return {
         "orchestrator": model_name_of(orchestra.orchestrator),
         "subagent": model_name_of(orchestra.subagent),
@@ -138,13 +142,21 @@ def build_pipeline(
     name: str = "mas-orchestra",
     context_schema: type[Any] | None = None,
 ) -> CompiledStateGraph:
-    """Compile the end-to-end graph. ``resolve(context)`` gives the runner (an :class:`Orchestra`, any
-    :class:`~mas_orchestra.runtime.runner_protocol.PipelineRunner`) of a run from its LangGraph context
-    (``graph.ainvoke(input, config, context=...)``; ``None`` when the run has none).
+    """Compile the end-to-end graph.
 
-    ``approval`` (a bool, or a function of the run's context) turns on the interrupt before ``execute``;
-    interrupts need a checkpointer (a LangGraph server supplies its own). ``context_schema`` is the graph's
-    LangGraph context schema: a dict context is validated into it before the run starts.
+    Args:
+        resolve: Gives the runner (an :class:`Orchestra`, any
+            :class:`~mas_orchestra.runtime.runner_protocol.PipelineRunner`) of a run from its LangGraph context
+            (``graph.ainvoke(input, config, context=...)``; ``None`` when the run has none).
+        checkpointer: The LangGraph checkpointer, if any.
+        approval: A bool, or a function of the run's context: turns on the interrupt before ``execute``;
+            interrupts need a checkpointer (a LangGraph server supplies its own).
+        name: The compiled graph's name.
+        context_schema: The graph's LangGraph context schema: a dict context is validated into it before the
+            run starts.
+
+    Returns:
+        The compiled graph.
     """
 
     def wants_approval(context: Any) -> bool:

@@ -112,12 +112,25 @@ def _postgres_extra() -> None:
 
 
 def is_database_error(exc: BaseException) -> bool:
-    """True for an error raised by the PostgreSQL driver (without importing it when it is not installed)."""
+    """True for an error raised by the PostgreSQL driver (without importing it when it is not installed).
+
+    Args:
+        exc: The error.
+    """
     return any(cls.__module__.split(".")[0] == "psycopg" for cls in type(exc).__mro__)
 
 
 def postgres_error(url: str, exc: BaseException) -> CheckpointError:
-    """A driver error raised while using the store at ``url`` as a typed error naming the store."""
+    """A driver error raised while using the store at ``url`` as a typed error naming the store.
+
+    Args:
+        url: The store's URL (its password is redacted from the message).
+        exc: The driver's error.
+
+    Returns:
+        A :class:`CheckpointConnectionError` for the driver's ``OperationalError`` (no connection, a refused
+        login, a lost connection), else a :class:`CheckpointError`.
+    """
     import psycopg
 
     text = " ".join(str(exc).split()) or type(exc).__name__

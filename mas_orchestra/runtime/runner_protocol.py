@@ -74,9 +74,18 @@ class PipelineRunner(Protocol):
         ...
 
     async def aorchestrate(self, question: str, *, callbacks: Any = None) -> str:
-        """The orchestrator's raw reply to ``question``."""
+        """The orchestrator's raw reply to ``question``.
+
+        Args:
+            question: The question.
+            callbacks: LangChain callbacks of the orchestrator call.
+        """
         ...
 
     def parse(self, text: str) -> GraphSpec:
-        """The spec in an orchestrator reply (or an edited one)."""
+        """The spec in an orchestrator reply (or an edited one).
+
+        Args:
+            text: The reply.
+        """
         ...

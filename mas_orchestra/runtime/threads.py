@@ -166,7 +166,16 @@ def finished_nodes(checkpointer: Any, thread_id: str) -> dict[str, AgentResult]:
 async def thread_events(
     orchestra: PipelineRunner, run: RunRecord, child: Any, thread_id: str | None, resume: Any, fork_from: str | None
 ) -> AsyncIterator[dict[str, Any]]:
-    """The events of one checkpointed run (see :meth:`Orchestra.astream`)."""
+    """The events of one checkpointed run (see :meth:`Orchestra.astream`).
+
+    Args:
+        orchestra: The runner (its ``checkpointer`` holds the thread).
+        run: The run's record, filled as the run goes.
+        child: The callbacks of the graph's run.
+        thread_id: The thread (a new ``mas-…`` id when ``None``).
+        resume: Answers an approval interrupt (``NO_RESUME``: none).
+        fork_from: Starts ``thread_id`` from this thread's orchestration.
+    """
     thread_id = thread_id or f"mas-{uuid.uuid4().hex[:12]}"
     run.thread_id = thread_id
     setup = setup_of(orchestra)

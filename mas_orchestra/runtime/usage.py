@@ -67,7 +67,12 @@ class UsageCallback(UsageMetadataCallbackHandler):
         self._calls = RunUsage()  # calls only; tokens live in self.usage_metadata
 
     def on_llm_end(self, response: LLMResult, **kwargs: Any) -> None:
-        """Count a finished model call and the tokens its reply reports (LangChain callback)."""
+        """Count a finished model call and the tokens its reply reports (LangChain callback).
+
+        Args:
+            response: The call's result.
+            **kwargs: The callback's other arguments; ``tags`` tell an orchestrator call from a sub-agent's.
+        """
         tags = kwargs.get("tags")
         name = _model_name(response) or "unknown"
         replies = [u for u in (_reply_usage(g) for gens in response.generations for g in gens) if u]
@@ -87,22 +92,42 @@ class UsageCallback(UsageMetadataCallbackHandler):
             calls.by_model.setdefault(name, ModelUsage()).calls += 1
 
     def on_tool_start(self, serialized: dict[str, Any], input_str: str, **kwargs: Any) -> None:
-        """Count a tool call (LangChain callback)."""
+        """Count a tool call (LangChain callback).
+
+        Args:
+            serialized: The tool's description (unused).
+            input_str: The tool's input (unused).
+            **kwargs: The callback's other arguments (unused).
+        """
         with self._calls_lock:
             self._calls.tool_calls += 1
 
     def on_tool_error(self, error: BaseException, **kwargs: Any) -> None:
-        """Count a failed tool call (LangChain callback)."""
+        """Count a failed tool call (LangChain callback).
+
+        Args:
+            error: The error (unused).
+            **kwargs: The callback's other arguments (unused).
+        """
         with self._calls_lock:
             self._calls.tool_errors += 1
 
     def on_llm_error(self, error: BaseException, **kwargs: Any) -> None:
-        """Count a failed model call (LangChain callback)."""
+        """Count a failed model call (LangChain callback).
+
+        Args:
+            error: The error (unused).
+            **kwargs: The callback's other arguments (unused).
+        """
         with self._calls_lock:
             self._calls.failed_calls += 1
 
     def snapshot(self, wall_s: float) -> RunUsage:
-        """The run's usage so far: calls, tokens per model (and in total), cost and ``wall_s``."""
+        """The run's usage so far: calls, tokens per model (and in total), cost and ``wall_s``.
+
+        Args:
+            wall_s: The run's wall-clock seconds so far.
+        """
         with self._calls_lock:
             usage = self._calls.model_copy(deep=True)
         tokens = dict(self.usage_metadata)  # the handler replaces entries, never mutates them: a copy is stable

@@ -14,8 +14,15 @@ __all__ = ["read_json_spec"]
 def read_json_spec(text: str | bytes, *, dom: Dom | None = None) -> Any:
     """The decoded JSON of a spec text; ``dom`` fills in the DoM of an object that states none.
 
-    Raises :class:`SpecError` for text over :data:`MAX_TEXT_CHARS` or invalid JSON; what the JSON holds is
-    checked when it is validated into a :class:`~mas_orchestra.spec.GraphSpec`.
+    What the JSON holds is checked when it is validated into a :class:`~mas_orchestra.spec.GraphSpec`.
+
+    Args:
+        text: The spec text (bytes are decoded as UTF-8).
+        dom: The DoM of an object that states none.
+
+    Raises:
+        SpecError: Text over :data:`MAX_TEXT_CHARS` or invalid JSON.
+        TypeError: ``text`` is neither text nor bytes.
     """
     if isinstance(text, bytes):
         text = text.decode("utf-8", errors="replace")

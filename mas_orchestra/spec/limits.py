@@ -48,7 +48,11 @@ THINKING_CLOSE_RE = re.compile(r"<\s*/\s*thinking\s*>", re.I)
 
 
 def references(text: str) -> list[str]:
-    """The ids referenced as ``${id}`` in a text, in order of appearance."""
+    """The ids referenced as ``${id}`` in a text, in order of appearance.
+
+    Args:
+        text: The text (a node's input).
+    """
     return [m.group(1) for m in PLACEHOLDER_RE.finditer(text)]
 
 
@@ -58,7 +62,11 @@ DOMS: tuple[Dom, ...] = ("high", "low")
 
 
 def check_dom(dom: object) -> Dom:
-    """``dom`` itself when it is a degree of MAS; otherwise the one ``ValueError`` every entry point raises."""
+    """``dom`` itself when it is a degree of MAS; otherwise the one ``ValueError`` every entry point raises.
+
+    Args:
+        dom: The value to check (``high`` or ``low``).
+    """
     if dom not in DOMS:
         raise ValueError(f"dom must be 'high' or 'low', got {dom!r}")
     return dom  # type: ignore[return-value]

@@ -51,7 +51,12 @@ class SpecWarning(BaseModel):
 
 
 def line_of(text: str, pos: int) -> str:
-    """``line N`` of character offset ``pos`` in ``text`` (1-based)."""
+    """``line N`` of character offset ``pos`` in ``text`` (1-based).
+
+    Args:
+        text: The text.
+        pos: The character offset (a negative one counts as 0).
+    """
     return f"line {text.count(chr(10), 0, max(0, pos)) + 1}"
 
 

@@ -319,8 +319,17 @@ def read_orchestration(
     repeated blocks) is ignored. Tags inside a closed ``<thinking>`` are prose. Each leniency is recorded
     in the data's ``warnings`` (see :mod:`mas_orchestra.spec.warnings`). Text that is one JSON object is read
     as our JSON spec form (what an orchestrator constrained by a JSON schema writes), with ``dom`` as its
-    default DoM. Raises :class:`SpecError` for text whose plan cannot be read (no orchestration at all, an
-    agent without name or id …), listing every problem found.
+    default DoM.
+
+    Args:
+        text: The orchestration text.
+        dom: The degree of MAS to read the text as (also the default DoM of the JSON form).
+        registry: Names the agent kinds and their parameter tags (default: the default registry).
+
+    Raises:
+        SpecError: Text over :data:`MAX_TEXT_CHARS`, or whose plan cannot be read (no orchestration at all, an
+            agent without name or id …), listing every problem found.
+        TypeError: ``text`` is not a string.
     """
     if not isinstance(text, str):
         raise TypeError(f"parse_orchestration expects str, got {type(text).__name__}")

@@ -86,7 +86,16 @@ def _int(params: Any, name: str, default: int | None = None) -> int | None:
 
 
 class Studio:
-    """The state behind the routes: live threads, run folders and samples."""
+    """The state behind the routes: live threads, run folders and samples.
+
+    Args:
+        runs: Run folders to browse (or folders of them).
+        db: The checkpoint file of the live threads.
+        data: JSONL data files whose rows join the samples.
+        access: The token and host checks.
+        models: The model policy.
+        limits: The studio's bounds.
+    """
 
     def __init__(self, runs: Sequence[str | os.PathLike[str]], db: str | os.PathLike[str],
                  data: Sequence[str | os.PathLike[str]], access: AccessPolicy, models: ModelPolicy,
@@ -99,6 +108,11 @@ class Studio:
         self.streams = 0  # event streams open now (at most limits.max_streams)
 
     def folder(self, request: Request) -> RunFolder:
+        """The run folder a request's ``{folder}`` path parameter names (``StudioInputError`` 404 for none).
+
+        Args:
+            request: The HTTP request.
+        """
         number = request.path_params["folder"]
         if not 0 <= number < len(self.folders):
             raise StudioInputError(f"no run folder {number}; the studio was started with {len(self.folders)}",
@@ -111,6 +125,11 @@ class Studio:
     # LangGraph dev server, which flags blocking calls on its loop, accepts the app).
 
     async def index(self, request: Request) -> Response:
+        """``GET /``: the page; a ``?token=`` sets the token cookie and redirects (401 pages without a valid token).
+
+        Args:
+            request: The HTTP request (``?token=`` query parameter, headers, cookies).
+        """
         given = request.query_params.get("token")
         if given is not None:
             if not self.access.token_matches(given):
@@ -127,6 +146,11 @@ class Studio:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
     async def config(self, request: Request) -> Response:
+        """``GET /api/config``: agent kinds, model forms and allowed models, limits and current load, for the page.
+
+        Args:
+            request: The HTTP request (unused).
+        """
         return _json({
             "agents": [{"name": k.name, "block": k.block, "needs_search": k.needs_search}
                        for k in default_registry.kinds()],
@@ -140,9 +164,19 @@ class Studio:
         })
 
     async def samples_route(self, request: Request) -> Response:
+        """``GET /api/samples``: the sample questions.
+
+        Args:
+            request: The HTTP request (unused).
+        """
         return _json(self.samples)
 
     async def validate(self, request: Request) -> Response:
+        """``POST /api/validate``: check an edited spec against a thread's Orchestra; its graph or its problems.
+
+        Args:
+            request: The HTTP request (JSON body: ``{"spec": text, "thread_id": id}``).
+        """
         body = await _body(request)
         if not isinstance(body, dict):
             raise StudioInputError("send {\"spec\": text, \"thread_id\": id}")
@@ -155,20 +189,46 @@ class Studio:
         return _json({"ok": True, "problems": [], "graph": graph_of(spec)})
 
     async def start_run(self, request: Request) -> Response:
+        """``POST /api/runs``: start a run on a new thread (201 with its id).
+
+        Args:
+            request: The HTTP request (JSON body: a :class:`RunRequest`).
+        """
         live = await self.live.start(RunRequest.from_json(await _body(request)))
         return _json({"thread_id": live.thread_id}, status=201)
 
     async def threads(self, request: Request) -> Response:
+        """``GET /api/runs``: every thread of the checkpoint file, newest first.
+
+        Args:
+            request: The HTTP request (unused).
+        """
         return _json(await self.live.threads())
 
     async def thread(self, request: Request) -> Response:
+        """``GET /api/runs/{thread}``: the thread's summary, open or only stored.
+
+        Args:
+            request: The HTTP request.
+        """
         return _json(await self.live.stored_summary(request.path_params["thread"]))
 
     async def open_thread(self, request: Request) -> Response:
+        """``POST /api/runs/{thread}/open``: open a stored thread in this server (see :meth:`LiveRuns.open`).
+
+        Args:
+            request: The HTTP request.
+        """
         live = await self.live.open(request.path_params["thread"])
         return _json(live.summary())
 
     async def events(self, request: Request) -> Response:
+        """``GET /api/runs/{thread}/events``: the thread's events as a server-sent event stream (429 at the limit).
+
+        Args:
+            request: The HTTP request (``after`` / ``Last-Event-ID``: the last event it has; ``follow=0``:
+                the events so far, then the end).
+        """
         live = await self.live.get(request.path_params["thread"])
         after = _int(request.query_params, "after", -1)
         last = request.headers.get("last-event-id")
@@ -188,6 +248,11 @@ class Studio:
         self.streams -= 1
 
     async def resume(self, request: Request) -> Response:
+        """``POST /api/runs/{thread}/resume``: answer the approval interrupt (see :meth:`LiveRuns.resume`).
+
+        Args:
+            request: The HTTP request (JSON body: ``{"action": "approve" | "reject"}`` or ``{"spec": text}``).
+        """
         body = await _body(request)
         if not isinstance(body, dict):
             raise StudioInputError("send {\"action\": \"approve\" | \"reject\"} or {\"spec\": text}")
@@ -195,12 +260,28 @@ class Studio:
         return _json({"thread_id": live.thread_id, "state": live.state})
 
     async def folders_route(self, request: Request) -> Response:
+        """``GET /api/folders``: the summary of every run folder.
+
+        Args:
+            request: The HTTP request (unused).
+        """
         return _json([await asyncio.to_thread(folder.summary) for folder in self.folders])
 
     async def folder_route(self, request: Request) -> Response:
+        """``GET /api/folders/{folder}``: the run folder's summary.
+
+        Args:
+            request: The HTTP request.
+        """
         return _json(await asyncio.to_thread(self.folder(request).summary))
 
     async def rows(self, request: Request) -> Response:
+        """``GET /api/folders/{folder}/rows``: one page of the rows passing the filters.
+
+        Args:
+            request: The HTTP request (filters ``status``, ``correct`` yes/no, ``kind``, ``agents``, ``step``,
+                ``q``; ``offset``, ``limit``).
+        """
         params = request.query_params
         correct = params.get("correct")
         if correct not in (None, "", "yes", "no"):
@@ -215,9 +296,19 @@ class Studio:
         return _json(await asyncio.to_thread(self.folder(request).page, row_filter, offset, limit))
 
     async def sample(self, request: Request) -> Response:
+        """``GET /api/folders/{folder}/rows/{row}``: one record with what the page derives from it.
+
+        Args:
+            request: The HTTP request.
+        """
         return _json(await asyncio.to_thread(self.folder(request).sample, request.path_params["row"]))
 
     async def curve(self, request: Request) -> Response:
+        """``GET /api/folders/{folder}/curve``: the folder's training curve.
+
+        Args:
+            request: The HTTP request.
+        """
         return _json(await asyncio.to_thread(self.folder(request).curve))
 
 

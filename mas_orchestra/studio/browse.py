@@ -38,10 +38,27 @@ _MAX_WARNINGS = 50
 
 @dataclass(slots=True)
 class Row:
-    """What the table shows and filters on for one JSONL line (the record itself stays on disk)."""
+    """What the table shows and filters on for one JSONL line (the record itself stays on disk).
 
-    number: int  # row number among the readable records, 0-based
-    line: int  # 1-based line in the file
+    Attributes:
+        number: Row number among the readable records, 0-based.
+        line: 1-based line in the file.
+        offset: Byte offset of the line.
+        length: Byte length of the line.
+        id: ``<id>#<sample>`` of an eval record, ``step <s> #<index>`` of a rollout.
+        status: The run status.
+        correct: Whether the answer was correct (``None``: not recorded).
+        kinds: The agent kinds of the spec, sorted.
+        agents: Agents in the spec (``None``: no valid spec).
+        calls: Sub-agent calls.
+        cost: Cost in USD.
+        step: The training step (rollouts only).
+        reward: The reward (rollouts only; NaN when not recorded).
+        question: The question, clipped.
+    """
+
+    number: int
+    line: int
     offset: int
     length: int
     id: str
@@ -108,7 +125,16 @@ def _rollout_row(record: dict[str, Any], number: int, line: int, offset: int, le
 
 @dataclass
 class RowFilter:
-    """The table's filters; ``None`` lets every row through."""
+    """The table's filters; ``None`` lets every row through.
+
+    Attributes:
+        status: The row's run status.
+        correct: Whether the answer was correct.
+        kind: An agent kind the row's spec uses.
+        agents: The number of agents in the row's spec.
+        step: The training step of the row.
+        text: Lower-case text found in the row's question or id.
+    """
 
     status: str | None = None
     correct: bool | None = None
@@ -118,7 +144,11 @@ class RowFilter:
     text: str | None = None
 
     def accepts(self, row: Row) -> bool:
-        """Whether an indexed row passes every set filter."""
+        """Whether an indexed row passes every set filter.
+
+        Args:
+            row: The indexed row.
+        """
         return (
             (self.status is None or row.status == self.status)
             and (self.correct is None or row.correct is self.correct)
@@ -131,7 +161,17 @@ class RowFilter:
 
 @dataclass
 class RunFile:
-    """One JSONL file of a run folder and its index (see the module docstring)."""
+    """One JSONL file of a run folder and its index (see the module docstring).
+
+    Attributes:
+        path: The file.
+        kind: ``eval`` (``results.jsonl``) or ``training`` (``rollouts.jsonl``).
+        rows: The readable records indexed so far.
+        warnings: Lines skipped as unreadable (the first few).
+        indexed_to: Bytes of the file indexed so far.
+        lines: Lines read so far.
+        pending_tail: An unterminated last line is waiting for the rest.
+    """
 
     path: Path
     kind: str  # "eval" | "training"
@@ -193,7 +233,14 @@ class RunFile:
         self.rows.append(row)
 
     def record(self, number: int) -> dict[str, Any]:
-        """The full record of row ``number`` (read from disk)."""
+        """The full record of row ``number`` (read from disk).
+
+        Args:
+            number: The row number (0-based, among the readable records).
+
+        Raises:
+            StudioInputError: No such row (404), or a line that changed on disk (409).
+        """
         self.refresh()
         if not 0 <= number < len(self.rows):
             raise StudioInputError(
@@ -219,7 +266,12 @@ class RunFile:
 
 
 class RunFolder:
-    """An eval or training output folder (see the module docstring)."""
+    """An eval or training output folder (see the module docstring).
+
+    Args:
+        number: The folder's number in the studio's list.
+        path: The folder.
+    """
 
     def __init__(self, number: int, path: Path) -> None:
         self.number = number
@@ -241,7 +293,11 @@ class RunFolder:
 
     @staticmethod
     def is_run_folder(path: Path) -> bool:
-        """Whether ``path`` holds an eval or a training run (or a checkpoint folder of one)."""
+        """Whether ``path`` holds an eval or a training run (or a checkpoint folder of one).
+
+        Args:
+            path: The folder.
+        """
         if (path / RESULTS_FILE).is_file() or (path / ROLLOUTS_FILE).is_file() or (path / STATE_FILE).is_file():
             return True
         return any((d / STATE_FILE).is_file() for d in path.glob("checkpoint-*"))
@@ -263,7 +319,13 @@ class RunFolder:
         }
 
     def page(self, row_filter: RowFilter, offset: int, limit: int) -> dict[str, Any]:
-        """One page of rows passing ``row_filter`` (``StudioInputError`` for a bad offset or limit)."""
+        """One page of rows passing ``row_filter`` (``StudioInputError`` for a bad offset or limit).
+
+        Args:
+            row_filter: The filters.
+            offset: Matching rows to skip (at least 0).
+            limit: Most rows on the page (1 to ``MAX_PAGE``).
+        """
         if self.file is None:
             return {"total": 0, "offset": 0, "rows": []}
         if not 1 <= limit <= MAX_PAGE or offset < 0:
@@ -273,7 +335,14 @@ class RunFolder:
         return {"total": len(matched), "offset": offset, "rows": [r.public() for r in matched[offset:offset + limit]]}
 
     def sample(self, number: int) -> dict[str, Any]:
-        """One record with what the page derives from it (diagram, warnings, node outputs)."""
+        """One record with what the page derives from it (diagram, warnings, node outputs).
+
+        Args:
+            number: The row number.
+
+        Raises:
+            StudioInputError: The folder has no results or rollouts file (404), or no such row.
+        """
         if self.file is None:
             raise StudioInputError(f"{self.path} has no {RESULTS_FILE} or {ROLLOUTS_FILE}: no samples", status=404)
         record = self.file.record(number)
@@ -362,7 +431,11 @@ def _parse_completion(text: str) -> tuple[dict[str, Any] | None, list[str]]:
 def open_run_folders(paths: list[str | os.PathLike[str]]) -> list[RunFolder]:
     """The run folders under ``paths``: each one a run folder or a folder whose sub-folders are.
 
-    Raises :class:`RunFolderError` naming the path and the files expected for a path that is neither.
+    Args:
+        paths: The folders given with ``--runs`` (``~`` expanded).
+
+    Raises:
+        RunFolderError: A path that is no folder, or neither kind, naming the files expected.
     """
     found: list[Path] = []
     for given in paths:

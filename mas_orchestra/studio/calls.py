@@ -32,7 +32,11 @@ def _message_text(message: Any) -> str:
 
 
 class CallCollector(AsyncCallbackHandler):
-    """Turns chat-model callbacks into ``call`` events passed to ``emit``."""
+    """Turns chat-model callbacks into ``call`` events passed to ``emit``.
+
+    Args:
+        emit: Receives each event (``call_start``, then the call's end).
+    """
 
     def __init__(self, emit: Callable[[dict[str, Any]], None]) -> None:
         self.emit = emit
@@ -43,7 +47,17 @@ class CallCollector(AsyncCallbackHandler):
         parent_run_id: UUID | None = None, tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        """Open a model call's record: its node, prompt and start time (LangChain callback)."""
+        """Open a model call's record: its node, prompt and start time (LangChain callback).
+
+        Args:
+            serialized: The model's description (unused).
+            messages: The prompt's message batches.
+            run_id: The call's id.
+            parent_run_id: The parent run's id (unused).
+            tags: The call's tags (the orchestrator's tag marks its calls).
+            metadata: The call's metadata (``langgraph_node`` names a sub-agent's node).
+            **kwargs: The callback's other arguments (unused).
+        """
         metadata = metadata or {}
         node = ORCHESTRATOR_NODE if ORCHESTRATOR_TAG in (tags or []) else str(metadata.get("langgraph_node", "?"))
         prompt = "\n\n".join(_message_text(m) for batch in messages for m in batch)
@@ -51,7 +65,13 @@ class CallCollector(AsyncCallbackHandler):
         self.emit({"type": "call_start", "node": node, "call": str(run_id)})
 
     async def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        """Close the call's record with its reply and tokens (LangChain callback)."""
+        """Close the call's record with its reply and tokens (LangChain callback).
+
+        Args:
+            response: The call's result.
+            run_id: The call's id.
+            **kwargs: The callback's other arguments (unused).
+        """
         call = self._open.pop(run_id, None)
         if call is None:
             return
@@ -62,13 +82,23 @@ class CallCollector(AsyncCallbackHandler):
         self._finish(run_id, call, reply=clip(reply, _TEXT_CHARS), tokens=int(usage.get("total_tokens") or 0))
 
     async def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        """Close the call's record with the error (LangChain callback)."""
+        """Close the call's record with the error (LangChain callback).
+
+        Args:
+            error: The error.
+            run_id: The call's id.
+            **kwargs: The callback's other arguments (unused).
+        """
         call = self._open.pop(run_id, None)
         if call is not None:
             self._finish(run_id, call, reply="", tokens=0, error=f"{type(error).__name__}: {error}")
 
     def abandon(self, reason: str) -> None:
-        """End the calls still open when the run stopped (a cancelled call reports no end of its own)."""
+        """End the calls still open when the run stopped (a cancelled call reports no end of its own).
+
+        Args:
+            reason: Why the run stopped (in each call's error).
+        """
         for run_id in list(self._open):
             self._finish(run_id, self._open.pop(run_id), reply="", tokens=0, error=f"no reply: {reason}")
 

@@ -59,7 +59,11 @@ def _cmd_studio(args: argparse.Namespace) -> int:
 
 
 def add_cli(sub: Any) -> None:
-    """Register ``studio`` on the ``mas-orchestra`` subcommand parser."""
+    """Register ``studio`` on the ``mas-orchestra`` subcommand parser.
+
+    Args:
+        sub: The main parser's subcommands (what ``add_subparsers`` returned).
+    """
     p = sub.add_parser(
         "studio", help="a local web app: watch and steer live runs, browse eval and training outputs",
         description="Serves the studio page: run a question and watch its plan execute (approve or edit it "

@@ -10,7 +10,13 @@ __all__ = ["RunFolderError", "StudioInputError", "clip"]
 
 
 class StudioInputError(MasOrchestraError, ValueError):
-    """A request the studio cannot serve: says what is wrong and how to fix it; ``status`` is the HTTP code."""
+    """A request the studio cannot serve: says what is wrong and how to fix it.
+
+    Args:
+        message: What is wrong and how to fix it.
+        status: The HTTP status code.
+        problems: Every problem found (default: the message alone).
+    """
 
     def __init__(self, message: str, *, status: int = 400, problems: list[str] | None = None) -> None:
         super().__init__(message)
@@ -23,6 +29,11 @@ class RunFolderError(StudioInputError):
 
 
 def clip(text: Any, limit: int) -> str:
-    """``text`` as a string of at most ``limit`` characters (an ellipsis marks a cut)."""
+    """``text`` as a string of at most ``limit`` characters (an ellipsis marks a cut).
+
+    Args:
+        text: Any value (``None`` reads as empty).
+        limit: Most characters.
+    """
     value = "" if text is None else str(text)
     return value if len(value) <= limit else value[: limit - 1] + "…"

@@ -20,6 +20,9 @@ def graph_of(spec: GraphSpec) -> dict[str, Any]:
 
     An edge's ``label`` is the placeholder through which the target reads the source's output
     (``${A}``); an edge whose target does not name its source in the input only orders the two nodes.
+
+    Args:
+        spec: The validated spec.
     """
     inputs = {node.id: node.input for node in spec.nodes}
     nodes = [
@@ -37,7 +40,11 @@ def graph_of(spec: GraphSpec) -> dict[str, Any]:
 
 
 def spec_graph_or_problems(data: Any) -> tuple[dict[str, Any] | None, list[str]]:
-    """The graph of a stored spec (a dict), or ``None`` and the problems that kept it from validating."""
+    """The graph of a stored spec (a dict), or ``None`` and the problems that kept it from validating.
+
+    Args:
+        data: The stored spec (empty: no graph, no problems).
+    """
     from mas_orchestra.errors import SpecError
     from mas_orchestra.spec import spec_from_data
 

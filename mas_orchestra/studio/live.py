@@ -74,7 +74,11 @@ class RunRequest(BaseModel):
 
     @classmethod
     def from_json(cls, data: Any) -> RunRequest:
-        """Validate a request body (``StudioInputError`` listing every problem)."""
+        """Validate a request body (``StudioInputError`` listing every problem).
+
+        Args:
+            data: The decoded JSON body.
+        """
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
@@ -92,6 +96,9 @@ def create_private_file(path: Path) -> None:
     """Create ``path`` readable by its owner only (0600), or narrow an existing one to that.
 
     SQLite creates the journal and WAL files with the database file's mode, so they stay private too.
+
+    Args:
+        path: The file.
     """
     fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
     os.close(fd)
@@ -101,6 +108,12 @@ def create_private_file(path: Path) -> None:
 
 def build_orchestra(request: RunRequest, db: Path, *, policy: ModelPolicy, max_run_timeout_s: float) -> Orchestra:
     """The Orchestra of a request, within the server's model policy and time-out ceiling.
+
+    Args:
+        request: The run request.
+        db: The checkpoint file.
+        policy: The model policy.
+        max_run_timeout_s: The time-out ceiling in seconds.
 
     Raises:
         StudioInputError: a model the policy refuses (403), or a model string or option the runtime refuses.
@@ -128,7 +141,12 @@ def build_orchestra(request: RunRequest, db: Path, *, policy: ModelPolicy, max_r
 
 
 class LiveRun:
-    """One thread as the studio drives it: its request, its numbered events and the tabs watching it."""
+    """One thread as the studio drives it: its request, its numbered events and the tabs watching it.
+
+    Args:
+        thread_id: The thread's id.
+        request: The run request.
+    """
 
     def __init__(self, thread_id: str, request: RunRequest) -> None:
         self.thread_id = thread_id
@@ -150,7 +168,13 @@ class LiveRun:
     async def watch(self, after: int = -1, *, follow: bool = True,
                     keepalive: float | None = None) -> AsyncIterator[dict[str, Any] | None]:
         """Every event numbered above ``after``, then (``follow``) new ones as they come, until the watcher goes
-        away; ``None`` after ``keepalive`` seconds without an event (so a stream can show it is alive)."""
+        away; ``None`` after ``keepalive`` seconds without an event (so a stream can show it is alive).
+
+        Args:
+            after: The last event number the watcher has (-1: none).
+            follow: Keep waiting for new events.
+            keepalive: Seconds without an event before a ``None`` (``None``: wait indefinitely).
+        """
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._watchers.add(queue)
         try:
@@ -177,7 +201,14 @@ class LiveRun:
 
 
 class LiveRuns:
-    """The studio's live threads, all in one SQLite checkpoint file."""
+    """The studio's live threads, all in one SQLite checkpoint file.
+
+    Args:
+        db: The checkpoint file (created readable by its owner only).
+        allow_python_models: Accept ``python:`` models in the default policy.
+        policy: The model policy (default: :func:`studio_model_policy`).
+        limits: The studio's bounds (default: :class:`StudioLimits`).
+    """
 
     def __init__(self, db: str | os.PathLike[str], *, allow_python_models: bool = False,
                  policy: ModelPolicy | None = None, limits: StudioLimits | None = None) -> None:
@@ -230,6 +261,9 @@ class LiveRuns:
         """The thread as this server holds it; a thread only in the file is a 409 that says to open it (a read
         starts nothing).
 
+        Args:
+            thread_id: The thread's id.
+
         Raises:
             StudioInputError: 404 (no such thread) or 409 (stored, not open).
         """
@@ -257,6 +291,9 @@ class LiveRuns:
         """The thread, rebuilt from the file (and resumed where it was cut off) when this server does not hold
         it: a finished one shows its stored outcome, a waiting one its plan.
 
+        Args:
+            thread_id: The thread's id.
+
         Raises:
             StudioInputError: 404 (no such thread) or 429 (``max_live_runs`` runs are executing).
         """
@@ -277,6 +314,9 @@ class LiveRuns:
 
     async def start(self, request: RunRequest) -> LiveRun:
         """Start a run on a new thread (the models are set up first, so a bad model string starts nothing).
+
+        Args:
+            request: The run request.
 
         Raises:
             StudioInputError: 429 when ``max_live_runs`` runs are executing; 400 for a time-out above the
@@ -329,7 +369,11 @@ class LiveRuns:
     # -- internals ----------------------------------------------------------------------------
 
     async def orchestra_for(self, request: RunRequest) -> Orchestra:
-        """The (cached) Orchestra of a request's models and options."""
+        """The (cached) Orchestra of a request's models and options.
+
+        Args:
+            request: The run request (its question and expected answer do not matter).
+        """
         key = request.model_dump_json(exclude={"question", "expected"})
         orchestra = self._orchestras.get(key)
         if orchestra is None:
@@ -396,7 +440,12 @@ class LiveRuns:
 
 def validate_edit(text: Any, orchestra: Orchestra) -> GraphSpec:
     """An edited spec (JSON or orchestration text) validated with the run's DoM and agents; every problem is
-    listed in a :class:`StudioInputError` (HTTP 422)."""
+    listed in a :class:`StudioInputError` (HTTP 422).
+
+    Args:
+        text: The edited spec.
+        orchestra: The run's Orchestra.
+    """
     if not isinstance(text, str) or not text.strip():
         raise StudioInputError("the edited spec is empty", status=422)
     try:

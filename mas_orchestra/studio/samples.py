@@ -32,7 +32,14 @@ def _masbench() -> list[dict[str, Any]]:
 
 
 def load_samples(data_files: Sequence[str | os.PathLike[str]] = ()) -> list[dict[str, Any]]:
-    """MASBench samples, then up to :data:`MAX_ROWS_PER_FILE` rows of each data file (numbered ``key``)."""
+    """MASBench samples, then up to :data:`MAX_ROWS_PER_FILE` rows of each data file (numbered ``key``).
+
+    Args:
+        data_files: JSONL data files given with ``--data``.
+
+    Raises:
+        StudioInputError: A data file that cannot be read.
+    """
     samples = _masbench()
     for file in data_files:
         try:

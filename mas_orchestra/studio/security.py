@@ -120,12 +120,21 @@ class StudioLimits:
 def studio_model_policy(extra: Iterable[str] = (), **options: Any) -> ModelPolicy:
     """The studio's :class:`ModelPolicy`: :data:`DEFAULT_MODEL_PATTERNS`, the server's own default models
     (``$MAS_ORCHESTRATOR``, ``$MAS_SUBAGENT``) and ``extra`` (``--allow-model``), with the flags in ``options``
-    (``allow_python_models``, ``allow_remote_vllm``, ``allow_hf_paths``)."""
+    (``allow_python_models``, ``allow_remote_vllm``, ``allow_hf_paths``).
+
+    Args:
+        extra: The ``--allow-model`` patterns.
+        **options: The policy's flags.
+    """
     return ModelPolicy.with_extra([DEMO_ORCHESTRATOR, *extra], **options)
 
 
 class BodyTooLargeError(StudioInputError):
-    """A request body over the limit (HTTP 413)."""
+    """A request body over the limit (HTTP 413).
+
+    Args:
+        limit: The limit in bytes.
+    """
 
     def __init__(self, limit: int) -> None:
         super().__init__(f"the request body is larger than {limit} bytes (--max-body-bytes)", status=413)
@@ -156,18 +165,31 @@ class AccessPolicy:
         return "mas_studio_" + hashlib.sha256(self.token.encode()).hexdigest()[:12]
 
     def host_allowed(self, host_header: str | None) -> bool:
-        """Whether a ``Host`` header names this machine (loopback) or a host allowed with ``--allow-host``."""
+        """Whether a ``Host`` header names this machine (loopback) or a host allowed with ``--allow-host``.
+
+        Args:
+            host_header: The ``Host`` header (missing: not allowed).
+        """
         if not host_header:
             return False
         name = _host_name(host_header)
         return is_loopback_host(name) or name in self.allowed_hosts
 
     def token_matches(self, candidate: str | None) -> bool:
-        """Whether ``candidate`` is the token (compared in constant time)."""
+        """Whether ``candidate`` is the token (compared in constant time).
+
+        Args:
+            candidate: The token a request carries, if any.
+        """
         return bool(candidate) and hmac.compare_digest(str(candidate).encode(), self.token.encode())
 
     def authorized(self, headers: dict[str, str], cookies: dict[str, str]) -> bool:
-        """Whether a request carries the token: ``Authorization: Bearer <token>`` or the studio's cookie."""
+        """Whether a request carries the token: ``Authorization: Bearer <token>`` or the studio's cookie.
+
+        Args:
+            headers: The request's headers (lower-case names).
+            cookies: The request's cookies.
+        """
         scheme, _, value = headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and self.token_matches(value.strip()):
             return True

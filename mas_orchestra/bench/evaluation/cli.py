@@ -104,7 +104,11 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
 
 
 def add_cli(sub: Any) -> None:
-    """Register ``eval`` and ``pareto`` on the main parser's subcommands."""
+    """Register ``eval`` and ``pareto`` on the main parser's subcommands.
+
+    Args:
+        sub: The main parser's subcommands (what ``add_subparsers`` returned).
+    """
     p = sub.add_parser("eval", help="evaluate an orchestrator or a baseline over a JSONL data set")
     p.add_argument("--data", required=True, help="JSONL file with id, question, answer per row, or a local copy "
                    "of the official MASBench: masbench-official:<path>[:<subset>][:split=train|test]")

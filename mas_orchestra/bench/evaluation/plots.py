@@ -17,7 +17,14 @@ __all__ = ["discover_run_dirs", "pareto_plot"]
 
 
 def discover_run_dirs(out_dir: str | os.PathLike[str]) -> list[Path]:
-    """``out_dir`` and its siblings (same parent) that hold a ``summary.json``, sorted by name."""
+    """``out_dir`` and its siblings (same parent) that hold a ``summary.json``, sorted by name.
+
+    Args:
+        out_dir: A run directory; its parent is searched for sibling run directories.
+
+    Returns:
+        The resolved directories holding a ``summary.json``; ``[out_dir]`` alone when none does.
+    """
     out = Path(out_dir)
     found = {out.resolve()} if (out / SUMMARY_FILE).is_file() else set()
     parent = out.resolve().parent

@@ -32,6 +32,12 @@ def read_results(path: str | os.PathLike[str]) -> dict[tuple[str, int], dict[str
 
     An unterminated last line (the writer was killed mid-line) is ignored, and so is, with a warning,
     any line that is not a JSON record with ``id`` and ``sample``.
+
+    Args:
+        path: The ``results.jsonl`` file; a missing file reads as no records.
+
+    Returns:
+        The records keyed by ``(id, sample)``, ordered by each pair's last occurrence.
     """
     file = Path(path)
     if not file.is_file():

@@ -124,7 +124,14 @@ def summarize(
 
 
 def format_summary(summary: Mapping[str, Any]) -> str:
-    """A short human-readable table of a summary."""
+    """A short human-readable table of a summary.
+
+    Args:
+        summary: A run summary (the contents of ``summary.json``).
+
+    Returns:
+        One ``label  value`` line per row, the labels padded to a common width.
+    """
     counts = summary.get("status_counts", {})
     agents = ", ".join(f"{k}×{v}" for k, v in summary.get("agent_histogram", {}).items()) or "none"
     elapsed = summary.get("elapsed_s")

@@ -295,7 +295,12 @@ def _verify_in_thread(pairs: list[list[str]], timeout: float) -> bool:
 
 
 def verify_bounded(pairs: list[list[str]], timeout: float) -> bool:
-    """Math-Verify ``pairs`` within ``timeout`` seconds (after worker start-up); False on timeout."""
+    """Math-Verify ``pairs`` within ``timeout`` seconds (after worker start-up); False on timeout.
+
+    Args:
+        pairs: The (gold, prediction) text pairs; True only when every one verifies.
+        timeout: Seconds the verification may take.
+    """
     global _USE_THREADS
     if _use_threads():
         return _verify_in_thread(pairs, timeout)

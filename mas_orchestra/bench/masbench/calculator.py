@@ -46,7 +46,14 @@ _SENTENCE_SPLIT = re.compile(r"(?<=[.?!])\s+|\n+")
 
 @dataclass
 class Problem:
-    """What one prompt states: constants, operations, facts derived earlier and the quantities asked for."""
+    """What one prompt states: constants, operations, facts derived earlier and the quantities asked for.
+
+    Attributes:
+        constants: Stated constants by quantity (mod 23).
+        operations: Stated operations by quantity: the op and its inputs.
+        facts: Values given as facts (results derived earlier) by quantity (mod 23).
+        asks: The quantities asked for, in order.
+    """
 
     constants: dict[str, int] = field(default_factory=dict)
     operations: dict[str, tuple[str, list[str]]] = field(default_factory=dict)

@@ -94,6 +94,12 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``masbench generate`` / ``masbench verify`` on an argparse subparsers object.
 
     Each leaf parser sets ``func`` to a ``(args) -> int`` returning the exit code.
+
+    Args:
+        subparsers: The main parser's subcommands (what ``add_subparsers`` returned).
+
+    Returns:
+        The ``masbench`` parser.
     """
     parser = subparsers.add_parser("masbench", help="generate or verify MASBench synthetic problems")
     sub = parser.add_subparsers(dest="masbench_command", metavar="{generate,verify}")

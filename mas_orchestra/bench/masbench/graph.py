@@ -31,14 +31,28 @@ MULTI_ANSWER_AXES = frozenset({"horizon", "parallel"})
 
 
 def check_choice(what: str, got: Any, valid: Iterable[str]) -> None:
-    """Raise ``ValueError`` naming ``what`` and the valid values unless ``got`` is one of them."""
+    """Raise ``ValueError`` naming ``what`` and the valid values unless ``got`` is one of them.
+
+    Args:
+        what: What is being chosen (``"axis"``, ``"split"`` …), for the message.
+        got: The value given.
+        valid: The valid values.
+    """
     valid = tuple(valid)
     if got not in valid:
         raise ValueError(f"unknown {what} {got!r}; valid {what}s: {', '.join(valid)}")
 
 
 def apply_op(op: str, values: Sequence[int]) -> int:
-    """One operation (add / sub = first minus the rest / mul) modulo 23."""
+    """One operation (add / sub = first minus the rest / mul) modulo 23.
+
+    Args:
+        op: ``add``, ``sub`` or ``mul``.
+        values: The inputs' values.
+
+    Raises:
+        ValueError: An unknown ``op``.
+    """
     if op == "add":
         return sum(values) % MOD
     if op == "sub":
@@ -74,7 +88,11 @@ def _topo_order(graph: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def evaluate(graph: dict[str, dict[str, Any]]) -> dict[str, int]:
-    """The value (mod 23) of every quantity in ``graph``."""
+    """The value (mod 23) of every quantity in ``graph``.
+
+    Args:
+        graph: The quantities by name: ``const`` ones with a ``value``, the others with an ``op`` and ``inputs``.
+    """
     values: dict[str, int] = {}
     for name in _topo_order(graph):
         node = graph[name]
@@ -86,7 +104,11 @@ def evaluate(graph: dict[str, dict[str, Any]]) -> dict[str, int]:
 
 
 def op_depths(graph: dict[str, dict[str, Any]]) -> dict[str, int]:
-    """Operations on the longest chain ending at each quantity (a constant is 0)."""
+    """Operations on the longest chain ending at each quantity (a constant is 0).
+
+    Args:
+        graph: The quantities by name, each with an ``op`` and (unless ``const``) its ``inputs``.
+    """
     depth: dict[str, int] = {}
     for name in _topo_order(graph):
         node = graph[name]
@@ -95,7 +117,12 @@ def op_depths(graph: dict[str, dict[str, Any]]) -> dict[str, int]:
 
 
 def ancestors(graph: dict[str, dict[str, Any]], name: str) -> set[str]:
-    """``name`` and every quantity it depends on."""
+    """``name`` and every quantity it depends on.
+
+    Args:
+        graph: The quantities by name, each with an ``op`` and (unless ``const``) its ``inputs``.
+        name: The quantity.
+    """
     seen = {name}
     stack = [name]
     while stack:

@@ -78,7 +78,14 @@ def is_official_source(spec: object) -> bool:
 
 
 def parse_official_source(spec: str) -> tuple[Path, str | None, str | None]:
-    """``masbench-official:<path>[:<subset>][:split=<s>]`` → ``(path, subset or None, split or None)``."""
+    """``masbench-official:<path>[:<subset>][:split=<s>]`` → ``(path, subset or None, split or None)``.
+
+    Args:
+        spec: The data source string.
+
+    Raises:
+        OfficialMasbenchError: Not such a source, or a split other than ``train`` / ``test``.
+    """
     if not is_official_source(spec):
         raise OfficialMasbenchError(f"{spec!r}: not a {SOURCE_PREFIX}<path>[:<subset>][:split=train|test] source")
     parts = spec.strip()[len(SOURCE_PREFIX):].split(":")

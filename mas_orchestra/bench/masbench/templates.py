@@ -17,10 +17,23 @@ __all__ = ["SPLIT_TEXT", "TEMPLATES", "SplitText", "Template", "templates"]
 class Template:
     """One surface form: how quantities are named and how each kind of sentence is phrased.
 
-    ``name_format`` has slots {a}, {b}, {c} filled from the three vocabularies. Sentence phrasings use
-    {Q} (the quantity, capitalised: "The number of ..."), {q} (lower case), {v} (a constant), {L}
-    (inputs joined with "and"), {F} (the first input of a difference), {Ra} / {Rm} (the other inputs
-    joined with "and" / "minus").
+    Sentence phrasings use {Q} (the quantity, capitalised: "The number of ..."), {q} (lower case), {v} (a
+    constant), {L} (inputs joined with "and"), {F} (the first input of a difference), {Ra} / {Rm} (the other
+    inputs joined with "and" / "minus").
+
+    Attributes:
+        id: The template's id.
+        split: The split it belongs to (``train`` or ``test``).
+        name_format: How a quantity is named: slots {a}, {b}, {c} filled from the three vocabularies.
+        a: The first vocabulary.
+        b: The second vocabulary.
+        c: The third vocabulary.
+        intro: The question's opening sentence.
+        ask: The sentence asking for a quantity ({q}).
+        const: Phrasings of a constant.
+        add: Phrasings of a sum.
+        sub: Phrasings of a difference.
+        mul: Phrasings of a product.
     """
 
     id: str
@@ -181,13 +194,22 @@ TEMPLATES: tuple[Template, ...] = (
 
 @dataclass(frozen=True)
 class SplitText:
-    """Per-split phrasings that are not tied to one template."""
+    """Per-split phrasings that are not tied to one template.
+
+    Attributes:
+        single_instruction: Ends a one-answer question (how to report the result).
+        multi_instruction: Ends a several-answer question.
+        problem_header: Heads each task of a several-answer question (``{i}``: its number).
+        horizon_hint: Explains the ``[answerN]`` tags of the horizon axis.
+        notes: Distractor notes of the robustness axis; each must contain ``{q} is {v}`` (verify() looks for it).
+        fillers: Irrelevant sentences of the robustness axis.
+    """
 
     single_instruction: str
     multi_instruction: str
     problem_header: str
     horizon_hint: str
-    notes: tuple[str, ...]  # each must contain "{q} is {v}" (verify() looks for it)
+    notes: tuple[str, ...]
     fillers: tuple[str, ...]
 
 
@@ -268,6 +290,13 @@ SPLIT_TEXT: dict[str, SplitText] = {
 
 
 def templates(split: str) -> list[Template]:
-    """The templates of one split."""
+    """The templates of one split.
+
+    Args:
+        split: ``train`` or ``test``.
+
+    Raises:
+        ValueError: An unknown split.
+    """
     check_choice("split", split, SPLITS)
     return [t for t in TEMPLATES if t.split == split]

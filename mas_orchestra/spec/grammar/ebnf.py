@@ -108,9 +108,15 @@ def _char_class(exclude: str) -> str:
 def text_rule(chars: int, *, exclude: str = "<", first_nonspace: bool = False, first_exclude: str = "") -> str:
     """Inline free text of at most ``chars`` characters, none of them in ``exclude``.
 
-    ``first_nonspace`` makes the text non-empty with a first character that is not whitespace (nor in
-    ``first_exclude``). Repetitions are written inline: xgrammar compiles a bounded repetition that sits
-    in a rule of its own much more slowly.
+    Repetitions are written inline: xgrammar compiles a bounded repetition that sits in a rule of its own much
+    more slowly.
+
+    Args:
+        chars: Most characters.
+        exclude: Characters the text may not contain.
+        first_nonspace: Make the text non-empty with a first character that is not whitespace (nor in
+            ``first_exclude``).
+        first_exclude: More characters the first one may not be (with ``first_nonspace``).
     """
     cls = _char_class(exclude)
     if not first_nonspace:
@@ -120,7 +126,11 @@ def text_rule(chars: int, *, exclude: str = "<", first_nonspace: bool = False, f
 
 
 def bounds_of(info: FieldInfo) -> dict[str, Any]:
-    """The numeric and length bounds (``ge``, ``gt``, ``le``, ``lt``, ``min_length``, ``max_length``) of a field."""
+    """The numeric and length bounds (``ge``, ``gt``, ``le``, ``lt``, ``min_length``, ``max_length``) of a field.
+
+    Args:
+        info: The pydantic field.
+    """
     out: dict[str, Any] = {}
     for meta in info.metadata:
         for attr, cls in (("ge", Ge), ("gt", Gt), ("le", Le), ("lt", Lt), ("min_length", MinLen),
@@ -131,7 +141,11 @@ def bounds_of(info: FieldInfo) -> dict[str, Any]:
 
 
 def unwrap_optional(annotation: Any) -> Any:
-    """``X`` for ``X | None`` (``Optional[X]``), else the annotation unchanged."""
+    """``X`` for ``X | None`` (``Optional[X]``), else the annotation unchanged.
+
+    Args:
+        annotation: A type annotation.
+    """
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
@@ -225,7 +239,12 @@ def _value_grammar(kind: AgentKind, name: str, info: FieldInfo, limits: GrammarL
 
 
 def params_grammar(kind: AgentKind, limits: GrammarLimits) -> str:
-    """The grammar of a kind's ``<required_arguments>`` parameters, each within its caps."""
+    """The grammar of a kind's ``<required_arguments>`` parameters, each within its caps.
+
+    Args:
+        kind: The agent kind (optional parameters become optional tags).
+        limits: The caps on values.
+    """
     parts: list[str] = []
     for name, info in kind.params.model_fields.items():
         tag = kind.xml_tag(name)
@@ -235,7 +254,14 @@ def params_grammar(kind: AgentKind, limits: GrammarLimits) -> str:
 
 
 def offered_kinds(registry: AgentRegistry | None) -> list[AgentKind]:
-    """The registry's kinds, checked to be expressible (``GrammarError`` naming a kind and parameter if not)."""
+    """The registry's kinds, checked to be expressible (``GrammarError`` naming a kind and parameter if not).
+
+    Args:
+        registry: The registry (default: the default registry).
+
+    Raises:
+        GrammarError: The registry offers no kinds, or a kind's name cannot be a grammar rule name.
+    """
     kinds = (registry or default_registry).kinds()
     if not kinds:
         raise GrammarError("the registry offers no agent kinds; nothing to orchestrate")

@@ -191,7 +191,11 @@ def _low_choice(limits: GrammarLimits, *, delegate: bool = True) -> str:
 
 
 def thinking_grammar(chars: int) -> str:
-    """First stage: the plan, at most ``chars`` characters."""
+    """First stage: the plan, at most ``chars`` characters.
+
+    Args:
+        chars: Most characters of the thinking (negative counts as 0).
+    """
     return f'root ::= "<thinking>" {text_rule(max(0, chars))} "</thinking>"\n'
 
 
@@ -208,7 +212,21 @@ def agent_stage_grammar(
 ) -> str:
     """Stage after the thinking (k = 1) or after agent k - 1: write agent k, or (if allowed) stop / go to the
     edges / answer directly (no agents: what a budget too small for one agent leaves). Low DoM: the direct
-    answer, or (``agent``) the one delegated agent with its output id."""
+    answer, or (``agent``) the one delegated agent with its output id.
+
+    Args:
+        k: The agent's number (1-based).
+        dom: The degree of MAS.
+        registry: The kinds offered (default: the default registry).
+        limits: Bounds on text lengths and values.
+        agent: Offer writing agent k.
+        stop: High DoM: offer ending the orchestration here (no edges).
+        edges: High DoM: offer going to the edge block.
+        direct_answer: High DoM: offer a direct answer with no agents.
+
+    Raises:
+        ValueError: A high-DoM stage with no choice.
+    """
     kinds = offered_kinds(registry)
     params = {kind.name: params_grammar(kind, limits) for kind in kinds}
     if dom == "low":
@@ -227,7 +245,13 @@ def agent_stage_grammar(
 
 
 def agent_markup_chars(k: int, dom: Dom, registry: AgentRegistry | None) -> int:
-    """Characters of fixed markup of agent k at most (the longest block name, every parameter tag written)."""
+    """Characters of fixed markup of agent k at most (the longest block name, every parameter tag written).
+
+    Args:
+        k: The agent's number (1-based).
+        dom: The degree of MAS (low DoM adds the output id and the answer).
+        registry: The kinds offered (default: the default registry).
+    """
     kinds = offered_kinds(registry)
     longest = 0
     for kind in kinds:
@@ -241,7 +265,12 @@ def agent_markup_chars(k: int, dom: Dom, registry: AgentRegistry | None) -> int:
 
 
 def agent_text_chars(registry: AgentRegistry | None, limits: GrammarLimits) -> int:
-    """Free-text characters of one agent at most under ``limits`` (description, input, parameter values)."""
+    """Free-text characters of one agent at most under ``limits`` (description, input, parameter values).
+
+    Args:
+        registry: The kinds offered (default: the default registry).
+        limits: Bounds on text lengths and values.
+    """
     most = 0
     for kind in offered_kinds(registry):
         total = 0
@@ -262,7 +291,11 @@ def agent_text_chars(registry: AgentRegistry | None, limits: GrammarLimits) -> i
 
 
 def edges_chars(n: int) -> int:
-    """Characters of the edge block of n agents at most (every earlier -> later pair listed)."""
+    """Characters of the edge block of n agents at most (every earlier -> later pair listed).
+
+    Args:
+        n: The number of agents (under 2: no edge block, 0).
+    """
     if n < 2:
         return 0
     one = len(_edge_text(n - 1, n))
@@ -280,7 +313,11 @@ _BLOCK_RE = re.compile(r"<agent>\s*<agent_id>A(\d+)</agent_id>(.*?)</agent>", re
 
 
 def references_by_agent(agents_text: str) -> dict[int, set[int]]:
-    """For text written under the grammar: agent number -> numbers of the agents its input references."""
+    """For text written under the grammar: agent number -> numbers of the agents its input references.
+
+    Args:
+        agents_text: The orchestration's agent blocks.
+    """
     out: dict[int, set[int]] = {}
     for match in _BLOCK_RE.finditer(agents_text):
         out[int(match.group(1))] = {int(r) for r in _REF_RE.findall(match.group(2))}
@@ -291,6 +328,12 @@ def edge_grammar(agents_text: str) -> str:
     """EBNF of the edge block that completes the agents written so far (text ending in :data:`EDGE_MARKER`).
 
     Requires the edge X -> Y for every ``${X}`` in Y's input, on top of the structural rules.
+
+    Args:
+        agents_text: The orchestration so far.
+
+    Raises:
+        GrammarError: The text declares fewer than two agents.
     """
     refs = references_by_agent(agents_text)
     n = max(refs, default=0)

@@ -32,7 +32,12 @@ def reply_grammar(thinking_chars: int = 600, answer_chars: int = 200) -> str:
 
 def reply_closing_grammar(close: str, answer_chars: int) -> str:
     """The end of a reply from inside the reasoning: ``close`` (the rest of :data:`REPLY_CLOSE`), a non-empty
-    answer of at most ``answer_chars`` characters and :data:`REPLY_END` (an expression, no rule name)."""
+    answer of at most ``answer_chars`` characters and :data:`REPLY_END` (an expression, no rule name).
+
+    Args:
+        close: The rest of :data:`REPLY_CLOSE` still to write.
+        answer_chars: Most characters of the answer.
+    """
     return f"{lit(close)} {text_rule(answer_chars, first_nonspace=True)} {lit(REPLY_END)}"
 
 

@@ -33,7 +33,13 @@ def _value(kind: str, chars: int) -> str | None:
 
 
 def tool_call_grammar(tools: Sequence[ToolSignature], argument_chars: int = 120) -> str | None:
-    """The alternatives of one tool call (an EBNF expression), or None when no tool can be written."""
+    """The alternatives of one tool call (an EBNF expression), or None when no tool can be written.
+
+    Args:
+        tools: The tools' names and (argument, JSON type) pairs; a tool with an argument of a type the grammar
+            cannot write is left out.
+        argument_chars: Most characters of a string argument.
+    """
     calls = []
     for name, arguments in tools:
         values = [(arg, _value(kind, argument_chars)) for arg, kind in arguments]
