@@ -20,7 +20,7 @@ def test_a_non_zero_rank_builds_a_complete_folder(tmp_path, monkeypatch) -> None
     import transformers.distributed.mixin as mixin
     from transformers import AutoModelForCausalLM
 
-    from mas_orchestra.local.embedded import embedded_model_dir, default_cache_root
+    from mas_orchestra.local.embedded import default_cache_root, embedded_model_dir
     from training.distributed import tiny_random_model
 
     # the embedded source (config, tokenizer) comes from the shared cache; the tiny folder is built in tmp_path
