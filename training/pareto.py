@@ -26,18 +26,17 @@ from pathlib import Path
 from typing import Any
 
 from mas_orchestra.bench.evaluation import evaluate
+from mas_orchestra.bench.evaluation.controls import areplay
 from mas_orchestra.bench.evaluation.plots import pareto_plot
 from mas_orchestra.bench.evaluation.storage import read_results
 from mas_orchestra.bench.evaluation.summary import summarize
 from mas_orchestra.bench.masbench import MasbenchCalculator
 from mas_orchestra.bench.masbench.generation import generate
 from mas_orchestra.config import OrchestraConfig
-from mas_orchestra.errors import SpecError
 from mas_orchestra.offers import POOL_PARAM, with_pool
 from mas_orchestra.registry import AgentRegistry, offered_registry
-from mas_orchestra.runtime import execute_spec
 from mas_orchestra.runtime.pricing import register_price
-from mas_orchestra.spec import GraphSpec, parse_orchestration
+from mas_orchestra.spec import GraphSpec
 from mas_orchestra.spec.grammar import GrammarLimits
 from training.pools import price_table
 
@@ -65,24 +64,9 @@ def force_model(spec: GraphSpec, name: str) -> GraphSpec:
 
 async def _replay(records: list[dict[str, Any]], name: str, registry: AgentRegistry,
                   models: dict[str, Any]) -> list[dict[str, Any]]:
-    from mas_orchestra.bench.grading import agrade
-
-    out: list[dict[str, Any]] = []
-    for record in records:
-        base = {k: record.get(k) for k in ("id", "sample", "question", "truth", "orchestration")}
-        try:
-            spec = force_model(parse_orchestration(record.get("orchestration") or "", registry=registry), name)
-        except SpecError as exc:
-            out.append({**base, "status": "invalid_spec", "valid": False, "correct": False, "usage": {},
-                        "spec": None, "error": str(exc)})
-            continue
-        outcome = await execute_spec(spec, record["question"], model=models["fast"], registry=registry)
-        truth = record.get("truth")
-        correct = bool(outcome.answer is not None and truth is not None and await agrade(outcome.answer, truth))
-        out.append({**base, "status": outcome.status.value, "valid": True, "correct": correct,
-                    "answer": outcome.answer, "usage": outcome.usage.model_dump(mode="json"),
-                    "spec": spec.model_dump(mode="json")})
-    return out
+    """The same plans again with every agent on the pool model ``name``."""
+    return await areplay(records, lambda spec, _key: force_model(spec, name), label=f"all {name}",
+                         subagent=models["fast"], registry=registry)
 
 
 def _strong_share(records: list[dict[str, Any]]) -> float:

@@ -28,7 +28,7 @@ from mas_orchestra.registry import AgentKind, AgentRegistry
 from mas_orchestra.spec import GraphSpec, spec_from_data
 from mas_orchestra.spec.structure import ablate_wiring
 
-__all__ = ["CONTROLS", "areplay_with_control", "check_control", "control_runner", "random_graph_like"]
+__all__ = ["CONTROLS", "areplay", "areplay_with_control", "check_control", "control_runner", "random_graph_like"]
 
 #: The controls an evaluation can apply (``mas-orchestra eval --ablate-wiring`` / ``--random-graph``).
 CONTROLS: tuple[str, ...] = ("ablate-wiring", "random-graph")
@@ -168,10 +168,7 @@ async def areplay_with_control(
 ) -> list[dict[str, Any]]:
     """Run the plans of earlier eval records again under ``control``; return new records of the same shape.
 
-    Each record's ``orchestration`` is parsed with ``registry`` (a plan that does not parse stays
-    ``invalid_spec``), changed by ``control`` (the random graph seeded by the record's id and sample), executed
-    on ``subagent`` and graded against its ``truth``. Summarise the result with
-    :func:`mas_orchestra.bench.evaluation.summary.summarize`.
+    The random graph is seeded by the record's id and sample, so a replay is repeatable. See :func:`areplay`.
 
     Args:
         records: eval records (``results.jsonl`` lines) of a high-DoM run.
@@ -182,31 +179,57 @@ async def areplay_with_control(
         settings: run bounds (:class:`~mas_orchestra.settings.RunSettings`; default its defaults).
 
     Returns:
-        One record per input record, with ``status``, ``correct``, ``answer``, ``usage``, ``spec`` (the
-        controlled spec) and ``control``.
+        One record per input record (see :func:`areplay`), ``control`` set to ``control``.
 
     Raises:
         ValueError: for an unknown control.
+    """
+    if control not in CONTROLS:
+        raise ValueError(f"unknown control {control!r}; valid: {', '.join(CONTROLS)}")
+    return await areplay(records, lambda spec, key: _controlled(spec, control, registry, key), label=control,
+                         subagent=subagent, registry=registry, grader=grader, settings=settings)
+
+
+async def areplay(
+    records: Iterable[Mapping[str, Any]], change: Callable[[GraphSpec, str], GraphSpec], *, label: str,
+    subagent: Any, registry: AgentRegistry, grader: str = "math", settings: Any = None,
+) -> list[dict[str, Any]]:
+    """Run the plans of earlier eval records again, each changed by ``change``; return new records of the same shape.
+
+    Each record's ``orchestration`` is parsed with ``registry`` (a plan that does not parse stays
+    ``invalid_spec``), changed, executed on ``subagent`` and graded against its ``truth``. Summarise the result
+    with :func:`mas_orchestra.bench.evaluation.summary.summarize`.
+
+    Args:
+        records: eval records (``results.jsonl`` lines) of a high-DoM run.
+        change: the plan's new form from its spec and the record's key (``"<id>#<sample>"``, e.g. a seed).
+        label: what the change is, kept in each record's ``control``.
+        subagent: the sub-agent model (or model string) the plans run on.
+        registry: the agent kinds the plans were written with.
+        grader: the grading kind of the original eval.
+        settings: run bounds (:class:`~mas_orchestra.settings.RunSettings`; default its defaults).
+
+    Returns:
+        One record per input record, with ``status``, ``correct``, ``answer``, ``usage``, ``spec`` (the
+        changed spec) and ``control``.
     """
     from mas_orchestra.bench.grading import agrade
     from mas_orchestra.models import resolve_model
     from mas_orchestra.runtime import execute_spec
     from mas_orchestra.spec import parse_orchestration
 
-    if control not in CONTROLS:
-        raise ValueError(f"unknown control {control!r}; valid: {', '.join(CONTROLS)}")
     model = resolve_model(subagent)
     out: list[dict[str, Any]] = []
     for record in records:
         base = {"id": record["id"], "sample": record.get("sample", 0), "question": record["question"],
-                "truth": record.get("truth"), "control": control, "orchestration": record.get("orchestration")}
+                "truth": record.get("truth"), "control": label, "orchestration": record.get("orchestration")}
         try:
             spec = parse_orchestration(record.get("orchestration") or "", registry=registry)
         except SpecError as exc:
             out.append({**base, "status": "invalid_spec", "valid": False, "correct": False, "answer": None,
                         "usage": {}, "spec": None, "error": str(exc)})
             continue
-        spec = _controlled(spec, control, registry, f"{record['id']}#{base['sample']}")
+        spec = change(spec, f"{record['id']}#{base['sample']}")
         outcome = await execute_spec(spec, record["question"], model=model, registry=registry, settings=settings)
         truth = record.get("truth")
         correct = bool(outcome.answer is not None and truth is not None
