@@ -11,19 +11,25 @@ calculator as sub-agent) for ``--steps`` steps with ``--profile-phases``, one af
   mode (``--no-merged-sampling``, how the batched rollouts sampled before ``sampling_policy``);
 * ``float32``: the recipe as it is, but the training forward and backward in float32 (``--bf16 false``; the
   same as ``after`` on a CPU without native bf16);
+* ``unchunked``: the recipe as it is, but the output head scores every completion token in one piece
+  (``--head-chunk-logits 0``: the batch's vocabulary-sized log-softmax is kept for backward) instead of in
+  checkpointed chunks;
 * ``f32decode``: the recipe as it is, but rollout decode steps on the float32 weights with LoRA merged
   (``MAS_DECODE_WEIGHTS=float32``) instead of the packed int4 base layers with LoRA beside them;
 * ``after``: the recipe as it is (batched rollouts sampled in eval mode from merged LoRA weights with freed
   heap memory reused while decoding, shared-prefix packed forward of each completion up to its end, no
   dropout, gradient checkpointing, whole group in one micro-batch, heap released, grouped-query attention in
-  place, rollouts decoded on the training thread, and on a CPU with native bf16 the forward and backward under
+  place, rollouts decoded on the training thread, the output head scored in checkpointed chunks, and on a CPU with native bf16 the forward and backward under
   bf16 autocast, the rollouts' prompts prefilled in bf16 and their decode steps on the int4-packed base layers).
 
 Per case: mean seconds per phase over the steps after the first (the first carries one-off warm-up), the highest
 peak RSS of each phase, the step wall, and ``ratio`` = case / the first case run; the last lines compare
-``after`` with ``unmerged``, ``float32`` and ``f32decode`` phase by phase.
+``after`` with ``unmerged``, ``float32``, ``unchunked`` and ``f32decode`` phase by phase. ``--recipe`` runs
+another recipe (e.g. ``recipes/cpu_wiring.yaml``, whose eight ~300-token completions per step make the head's
+memory show).
 
     python benchmarks/grpo_step.py [--steps 3] [--rounds 1] [--cases before,unmerged,float32,after]
+    python benchmarks/grpo_step.py --recipe recipes/cpu_wiring.yaml --cases unchunked,after
 """
 
 from __future__ import annotations
@@ -45,18 +51,19 @@ CASES: dict[str, tuple[list[str], dict[str, str]]] = {
     "before": ([
         "--batched-rollouts", "false", "--shared-prefix", "false", "--no-release-memory", "--lora-dropout", "0.05",
         "--gradient-checkpointing", "false", "--per-device-train-batch-size", "2",
-        "--gradient-accumulation-steps", "2",
+        "--gradient-accumulation-steps", "2", "--head-chunk-logits", "0",
     ], {"TRANSFORMERS_SDPA_FORCE_GQA": "0"}),
     "unmerged": (["--no-merged-sampling"], {}),
     "float32": (["--bf16", "false"], {}),
+    "unchunked": (["--head-chunk-logits", "0"], {}),
     "f32decode": ([], {"MAS_DECODE_WEIGHTS": "float32"}),
     "after": ([], {}),
 }
 
 
-def _one(case: str, steps: int, out: Path) -> dict[str, Any]:
+def _one(case: str, steps: int, out: Path, recipe: Path = RECIPE) -> dict[str, Any]:
     flags, extra_env = CASES[case]
-    command = [sys.executable, "-m", "training.grpo", "--config", str(RECIPE), "--output-dir", str(out),
+    command = [sys.executable, "-m", "training.grpo", "--config", str(recipe), "--output-dir", str(out),
                "--max-steps", str(steps), "--save-steps", "1000", "--no-merge", "--profile-phases", *flags]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **extra_env}
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
@@ -68,12 +75,13 @@ def _one(case: str, steps: int, out: Path) -> dict[str, Any]:
     return {"logs": logs, "walls": [s["wall_s"] for s in summary["step_times"]], "peak_rss_mb": summary["peak_rss_mb"]}
 
 
-def run(steps: int = 3, rounds: int = 1, cases: tuple[str, ...] = tuple(CASES)) -> list[dict[str, Any]]:
+def run(steps: int = 3, rounds: int = 1, cases: tuple[str, ...] = tuple(CASES), recipe: Path = RECIPE
+        ) -> list[dict[str, Any]]:
     runs: dict[str, list[dict[str, Any]]] = {case: [] for case in cases}
     with tempfile.TemporaryDirectory() as tmp:
         for index in range(rounds):
             for case in cases:
-                runs[case].append(_one(case, steps, Path(tmp) / f"{case}-{index}"))
+                runs[case].append(_one(case, steps, Path(tmp) / f"{case}-{index}", recipe))
     rows = []
     for case, results in runs.items():
         later = [log for r in results for log in r["logs"][1:]] or [log for r in results for log in r["logs"]]
@@ -104,22 +112,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--recipe", type=Path, default=RECIPE, help="the recipe every case runs")
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated, in run order: " + ", ".join(CASES))
     args = parser.parse_args()
     cases = tuple(c.strip() for c in args.cases.split(",") if c.strip())
     unknown = [c for c in cases if c not in CASES]
     if unknown or not cases:
         parser.error(f"unknown case(s) {unknown}; choose from {', '.join(CASES)}")
-    rows = run(args.steps, args.rounds, cases)
-    print(f"{'case':<8} {'s/step':>7} {'peak MiB':>9}  " + "  ".join(f"{p:>16}" for p in PHASES))
+    rows = run(args.steps, args.rounds, cases, args.recipe.resolve())
+    print(f"{'case':<9} {'s/step':>7} {'peak MiB':>9}  " + "  ".join(f"{p:>16}" for p in PHASES))
     for row in rows:
         cells = "  ".join(f"{row[f'{p}_s']:>6.2f}s {row[f'{p}_peak_rss_mb']:>6}M" for p in PHASES)
-        print(f"{row['case']:<8} {row['wall_s_per_step']:>7.2f} {row['peak_rss_mb']:>9}  {cells}")
+        print(f"{row['case']:<9} {row['wall_s_per_step']:>7.2f} {row['peak_rss_mb']:>9}  {cells}")
     by_case = {row["case"]: row for row in rows}
     for row in rows[1:]:
         print(f"{row['case']}/{rows[0]['case']}: step {row['ratio']}, peak RSS {row['peak_rss_ratio']}, "
               + ", ".join(f"{p} {row[f'{p}_ratio']}" for p in PHASES if f"{p}_ratio" in row))
-    for other in ("unmerged", "float32", "f32decode"):  # the one change each case leaves out, against the recipe as it is
+    for other in ("unmerged", "float32", "unchunked", "f32decode"):  # the one change each case leaves out, against the recipe as it is
         if "after" in by_case and other in by_case and rows[0]["case"] != other:
             after = by_case["after"]
             _ratios(after, by_case[other], prefix=f"vs_{other}_")

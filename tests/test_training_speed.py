@@ -412,3 +412,35 @@ def test_rollouts_prefill_in_the_training_precision_on_the_calling_thread(tiny, 
     prefill_dtypes.clear()
     model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
     assert prefill_dtypes[0] == torch.bfloat16
+
+
+@pytest.mark.parametrize("chunk_logits", [0, 1, 3])
+def test_chunked_output_head_equals_the_whole_head(tiny, chunk_logits) -> None:  # type: ignore[no-untyped-def]
+    """Scoring the head in chunks (checkpointed) gives TRL's values and gradients, whatever the chunk size: 0 is
+    one piece, 1 logit means one token per chunk, 3 × vocabulary three tokens (the last chunk shorter)."""
+    from training.shared_prefix import shared_prefix_logps
+
+    ids, mask, keep = _batch(tiny[1])
+    completion_mask = mask[:, -keep:].float()
+    vocab = int(_peft(tiny).get_base_model().get_output_embeddings().weight.shape[0])
+    results = []
+    for chunked in (False, True):
+        model = _peft(tiny)
+        model.train()
+        model.get_base_model().gradient_checkpointing_enable({"use_reentrant": False})
+        if chunked:
+            logps, entropy = shared_prefix_logps(model, ids, mask, keep, temperature=0.7, compute_entropy=True,
+                                                 entropy_grad=False, head_chunk_logits=chunk_logits * vocab)
+            assert entropy is not None and not entropy.requires_grad
+        else:
+            logps, entropy = _reference(model, ids, mask, keep)
+        (logps * completion_mask).sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+        results.append((logps.detach() * completion_mask, entropy.detach() * completion_mask, grads))
+    (ref_logps, ref_entropy, ref_grads), (logps, entropy, grads) = results
+    torch.testing.assert_close(logps, ref_logps, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(entropy, ref_entropy, atol=1e-4, rtol=1e-4)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, ref_grads[name], atol=1e-4, rtol=1e-3, msg=lambda m, n=name: f"{n}: {m}")
+    # the head got its own forward back
+    assert "forward" not in vars(model.get_base_model().get_output_embeddings())

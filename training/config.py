@@ -216,6 +216,11 @@ class OrchestraGRPOConfig(GRPOConfig):
         "in the policy's forward, pack each group into one sequence (its prompt once, then every completion; "
         "exact, training/shared_prefix.py): true | false (TRL's row-by-row forward) | auto (unset: on CPU; "
         "packed micro-batches of at most 8,192 tokens)"))
+    head_chunk_logits: int = field(default=1 << 25, metadata=_help(
+        "shared-prefix forward: the output head scores the completion tokens in chunks of at most this many "
+        "logits (tokens x vocabulary), each recomputed in backward instead of kept, so the vocabulary-sized "
+        "log-softmax of the whole batch never sits in memory at once (training/shared_prefix.py); "
+        "0 = the whole batch in one piece"))
     release_memory: bool = field(default=True, metadata=_help(
         "CPU runs on glibc: give freed tensor memory back to the OS (large blocks mmapped, heap trimmed after "
         "every step) so the resident size does not ratchet up across steps (training/allocator.py)"))

@@ -93,7 +93,8 @@ def _install_shared_prefix(trainer: Any) -> None:
             # TRL's entropy is a metric and a token mask unless an entropy bonus puts it into the loss
             logps, entropies = shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep,
                                                    self.temperature, compute_entropy,
-                                                   entropy_grad=getattr(self, "_entropy_bonus_enabled", True))
+                                                   entropy_grad=getattr(self, "_entropy_bonus_enabled", True),
+                                                   head_chunk_logits=self.args.head_chunk_logits)
         return logps, entropies, None
 
     trainer._get_per_token_logps_and_entropies = types.MethodType(per_token_logps, trainer)

@@ -13,7 +13,10 @@ into the one copy of the prompt, as it flowed into each row's copy.
 Because it is one ordinary forward (no key/value cache), it works with gradient checkpointing and under a DDP
 wrapper (one forward per backward). Log-probabilities are computed only at completion positions (TRL's fused
 head, on a CPU, scores every position of the full sequence), and each completion only up to its end (the
-padding after it, masked out of the loss, is not run). Rows whose prompts differ (ids or padding) form
+padding after it, masked out of the loss, is not run). The output head runs over those positions in chunks of
+:data:`HEAD_CHUNK_LOGITS` logits, each under activation checkpointing: a vocabulary-sized float32 row per scored
+token (log-softmax, kept for backward; 2,400 tokens × 49,152 = 0.47 GB on the CPU wiring recipe, and as much
+again for each temporary) never exists for the whole batch at once. Rows whose prompts differ (ids or padding) form
 separate groups, packed side by side in the same sequence (a token never sees another group).
 
 Imports torch.
@@ -22,16 +25,21 @@ Imports torch.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import torch
+import torch.utils.checkpoint
 
-__all__ = ["MAX_PACKED_TOKENS", "PackedBatch", "completion_lengths", "pack_rows", "prompt_groups",
+__all__ = ["HEAD_CHUNK_LOGITS", "MAX_PACKED_TOKENS", "PackedBatch", "completion_lengths", "pack_rows", "prompt_groups",
            "shared_prefix_logps", "shared_prefix_supported"]
 
 #: Longest packed micro-batch: its additive attention mask is dense (tokens² entries; 8,192 tokens = 256 MiB
 #: in float32), so longer ones fall back to TRL's row-by-row forward.
 MAX_PACKED_TOKENS = 8192
+
+#: Logits the output head produces at once (scored tokens per chunk × vocabulary): 2**25 = 128 MiB in float32.
+HEAD_CHUNK_LOGITS = 1 << 25
 
 
 def prompt_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int) -> list[list[int]]:
@@ -80,6 +88,54 @@ def _token_logps(logits: torch.Tensor, tokens: torch.Tensor, compute_entropy: bo
         with contextlib.nullcontext() if entropy_grad else torch.no_grad():
             entropy = -(logps.exp() * logps).sum(-1)
     return chosen, entropy
+
+
+def _plain_head(inner: Any) -> bool:
+    """Whether the model's logits are its output head applied to the final hidden states and nothing else (a
+    logit soft-cap or scale after the head would be skipped by the chunked path)."""
+    config = inner.config
+    return not (getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None))
+
+
+@contextlib.contextmanager
+def _head_returns_hidden(head: Any) -> Iterator[Callable[[torch.Tensor], torch.Tensor]]:
+    """For the duration, the model's forward returns its final hidden states where the logits were (its head
+    passes its input through); yields the head's real forward, to run on chunks of them."""
+    real_forward = head.forward
+    head.forward = lambda hidden, *args, **kwargs: hidden  # an instance attribute shadows the class's forward
+    try:
+        yield real_forward
+    finally:
+        del head.forward
+
+
+def _chunked_head_logps(head_forward: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor,
+                        targets: torch.Tensor, temperature: float, compute_entropy: bool, entropy_grad: bool,
+                        chunk: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`_token_logps` of the head's logits over ``hidden`` (``[tokens, hidden size]``), ``chunk`` tokens at a
+    time. With gradients on, each chunk runs under activation checkpointing: only its hidden states are kept,
+    and backward recomputes its logits, so one chunk's vocabulary-sized tensors exist at a time."""
+
+    def score(part: torch.Tensor, wanted: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        logits = head_forward(part)
+        if temperature != 1.0:
+            logits = logits / temperature
+        return _token_logps(logits, wanted, compute_entropy, entropy_grad)
+
+    checkpointed = torch.is_grad_enabled() and hidden.requires_grad
+    logps, entropies = [], []
+    for start in range(0, int(hidden.size(0)), chunk):
+        part, wanted = hidden[start:start + chunk], targets[start:start + chunk]
+        if checkpointed:
+            chosen, entropy = torch.utils.checkpoint.checkpoint(score, part, wanted, use_reentrant=False)
+        else:
+            chosen, entropy = score(part, wanted)
+        logps.append(chosen)
+        entropies.append(entropy)
+    if not logps:  # nothing scored: the empty tensors the unchunked path returns
+        empty = hidden.new_zeros(0, dtype=torch.float32)
+        return empty, empty if compute_entropy else None
+    return torch.cat(logps), torch.cat(entropies) if compute_entropy else None  # type: ignore[arg-type]
 
 
 class PackedBatch(NamedTuple):
@@ -165,8 +221,8 @@ def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_k
 
 
 def shared_prefix_logps(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
-                        temperature: float, compute_entropy: bool = False, entropy_grad: bool = True
-                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                        temperature: float, compute_entropy: bool = False, entropy_grad: bool = True,
+                        head_chunk_logits: int = HEAD_CHUNK_LOGITS) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probabilities (and entropies) of the last ``logits_to_keep`` tokens of every row.
 
     Args:
@@ -178,6 +234,8 @@ def shared_prefix_logps(model: Any, input_ids: torch.Tensor, attention_mask: tor
         compute_entropy: Also compute the per-token entropies.
         entropy_grad: False computes the entropy outside autograd (TRL needs its gradient only for an entropy
             bonus).
+        head_chunk_logits: Most logits the output head produces at once (0: the whole batch in one piece, as
+            before chunking; models whose head does more than a linear layer always run that way).
 
     Returns:
         ``[rows, logits_to_keep]`` tensors (entropies ``None`` unless asked for), like TRL's
@@ -186,11 +244,20 @@ def shared_prefix_logps(model: Any, input_ids: torch.Tensor, attention_mask: tor
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     mask_dtype = inner.dtype if inner.dtype.is_floating_point else torch.float32
     packed = pack_rows(input_ids, attention_mask, logits_to_keep, mask_dtype)
-    out = model(input_ids=packed.ids, attention_mask=packed.mask, position_ids=packed.positions,
-                logits_to_keep=packed.predictors, use_cache=False)
-    targets = input_ids[:, -logits_to_keep:].reshape(-1)[packed.slots].unsqueeze(0)
-    logits = out.logits if temperature == 1.0 else out.logits / temperature
-    packed_logps, packed_entropy = _token_logps(logits, targets, compute_entropy, entropy_grad)
+    targets = input_ids[:, -logits_to_keep:].reshape(-1)[packed.slots]
+    head = inner.get_output_embeddings()
+    if head_chunk_logits and _plain_head(inner):
+        with _head_returns_hidden(head) as head_forward:
+            out = model(input_ids=packed.ids, attention_mask=packed.mask, position_ids=packed.positions,
+                        logits_to_keep=packed.predictors, use_cache=False)
+        packed_logps, packed_entropy = _chunked_head_logps(
+            head_forward, out.logits[0], targets, temperature, compute_entropy, entropy_grad,
+            max(1, head_chunk_logits // int(head.weight.shape[0])))
+    else:
+        out = model(input_ids=packed.ids, attention_mask=packed.mask, position_ids=packed.positions,
+                    logits_to_keep=packed.predictors, use_cache=False)
+        logits = out.logits if temperature == 1.0 else out.logits / temperature
+        packed_logps, packed_entropy = _token_logps(logits, targets.unsqueeze(0), compute_entropy, entropy_grad)
     rows = int(input_ids.size(0))
 
     def unpack(values: torch.Tensor) -> torch.Tensor:  # back to [rows, logits_to_keep], 0 after each end
