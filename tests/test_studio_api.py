@@ -209,15 +209,22 @@ def test_a_server_restart_resumes_the_thread_from_the_file(tmp_path):
 
 
 def test_a_run_cut_off_by_a_server_stop_goes_on_from_its_checkpoint_after_the_restart(tmp_path):
+    # The first server is a process stopped as its user stops it (SIGTERM) while SECOND runs: its shutdown
+    # cancels the run, which closes its checkpoint connection, so the next server finds the file unlocked.
+    from tests.studio_attacks import SLOW, start_studio
+
     db = tmp_path / "studio.sqlite"
-    slow = "python:tests.studio_models:slow_subagent"
-    with studio_client(create_app([], db, allow_python_models=True)) as first:
-        thread = _start(first, orchestrator=CHAIN, subagent=slow)
-        deadline = time.monotonic() + 30
-        while not any(e["type"] == "node_end" for e in events_so_far(first, thread)):
+    with start_studio(db, cwd=REPO) as first, first.client() as http:
+        body = {"question": "What is 2 + 3?", "orchestrator": CHAIN, "subagent": SLOW}
+        started = http.post("/api/runs", json=body)
+        assert started.status_code == 201, started.text
+        thread = started.json()["thread_id"]
+        deadline = time.monotonic() + 60
+        while not any(e["type"] == "node_end" for e in events_so_far(http, thread)):
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        assert first.get(f"/api/runs/{thread}").json()["state"] == "running"  # stopped while SECOND runs
+        assert http.get(f"/api/runs/{thread}").json()["state"] == "running"  # stopped while SECOND runs
+    assert first.process.returncode is not None
     with studio_client(create_app([], db, allow_python_models=True)) as second:
         assert second.post(f"/api/runs/{thread}/open", json={}).status_code == 200
         wait_state(second, thread, ("finished",), timeout=30)

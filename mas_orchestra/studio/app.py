@@ -15,6 +15,7 @@ stored one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -391,7 +392,13 @@ def create_app(
         route("/api/folders/{folder:int}/curve", studio.curve),
         Mount("/static", app=Guarded(StaticFiles(directory=STATIC), access, api=False), name="static"),
     ]
-    application = Starlette(routes=routes, exception_handlers={StudioInputError: _studio_error})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        yield
+        await studio.live.aclose()  # runs cut off by the stop close their checkpoints before the process goes
+
+    application = Starlette(routes=routes, exception_handlers={StudioInputError: _studio_error}, lifespan=lifespan)
     application.state.studio = studio
     application.state.token = access.token
     return application

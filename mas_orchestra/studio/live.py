@@ -225,6 +225,18 @@ class LiveRuns:
             conn.execute("CREATE TABLE IF NOT EXISTS studio_threads "
                          "(thread_id TEXT PRIMARY KEY, created REAL, request TEXT)")
 
+    async def aclose(self) -> None:
+        """Stop every run this server executes and wait until each has closed its checkpoint connection.
+
+        A server that stops mid-run must not leave a write lock on the file: the next server opening the same
+        thread would find it locked. A cut-off run goes on from its last checkpoint when it is opened again.
+        """
+        tasks = [live.task for live in self._runs.values() if live.task is not None and not live.task.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=30)
+
     # -- threads ------------------------------------------------------------------------------
 
     async def _sql(self, statement: str, *params: Any) -> list[tuple[Any, ...]]:
