@@ -55,6 +55,8 @@ PLACEHOLDERS: dict[str, str] = {
     "example": "worked example orchestrations in the format of the DoM, naming offered agents only (high DoM: "
                "a two-agent chain wired with ${A1}, then a single agent)",
     "example_chain": "high DoM: only the two-agent chain example; low DoM: empty",
+    "example_chain_3": "high DoM: a three-agent chain example (each agent reads the previous one's result); "
+                       "low DoM: empty",
     "example_single": "only the single-agent example of the DoM",
     "archive": "the offered agents as a JSON list in archive order (description, name, required_arguments)",
     "agent_cot": "CoTAgent as one JSON object (empty when not offered)",

@@ -93,30 +93,44 @@ def _example(dom: str, registry: AgentRegistry) -> str:
     return spec.to_xml(registry=registry)
 
 
-def _chain_example(registry: AgentRegistry) -> str:
-    """A chain whose second agent reads the first one's result through ``${A1}``: the one thing an edge alone
-    does not do (it orders agents, it passes nothing). Small on purpose: a model copies the example's size."""
-    first = _example_kind(registry, "cot")
-    second = _example_kind(registry, "cot")
+_CHAIN_INPUTS = {
+    2: ("Work out the intermediate result the task needs first.",
+        "Given ${A1}, work out the final answer to the task."),
+    3: ("Work out the intermediate result the task needs first.",
+        "Given ${A1}, work out the next intermediate result the task needs.",
+        "Given ${A2}, work out the final answer to the task."),
+}
+_CHAIN_THINKING = {
+    2: "The final answer depends on an intermediate result, so the second agent reads the first agent's output "
+       "through ${A1}.",
+    3: "The final answer depends on two intermediate results, the second built on the first, so each agent reads "
+       "the previous agent's output: ${A1}, then ${A2}.",
+}
+_CHAIN_HEADERS = {
+    2: "For a task whose answer needs an earlier result:",
+    3: "For a task whose answer needs two earlier results, one built on the other:",
+}
+
+
+def _chain_example(registry: AgentRegistry, length: int = 2) -> str:
+    """A chain of ``length`` agents in which each agent reads the previous one's result through ``${A<k>}``: the one
+    thing an edge alone does not do (it orders agents, it passes nothing). Small on purpose: a model copies the
+    example's size."""
+    kind = _example_kind(registry, "cot")
+    inputs = _CHAIN_INPUTS[length]
     nodes: list[dict[str, object]] = [
-        {"id": "A1", "agent": first.name, "description": "First step",
-         "input": "Work out the intermediate result the task needs first."},
-        {"id": "A2", "agent": second.name, "description": "Final step",
-         "input": "Given ${A1}, work out the final answer to the task."},
+        {"id": f"A{k}", "agent": kind.name, "description": "Final step" if k == length else f"Step {k}",
+         "input": text}
+        for k, text in enumerate(inputs, start=1)
     ]
+    if length == 2:  # the two-agent example as it always read
+        nodes[0]["description"] = "First step"
     for item in nodes:
         if item["agent"] in _EXAMPLE_PARAMS:
             item["params"] = _EXAMPLE_PARAMS[str(item["agent"])]
-    spec = spec_from_data(
-        {
-            "thinking": "The final answer depends on an intermediate result, so the second agent reads the "
-                        "first agent's output through ${A1}.",
-            "nodes": nodes,
-            "edges": [{"source": "A1", "target": "A2"}],
-        },
-        registry=registry,
-    )
-    return "For a task whose answer needs an earlier result:\n" + spec.to_xml(registry=registry)
+    edges = [{"source": f"A{k}", "target": f"A{k + 1}"} for k in range(1, length)]
+    spec = spec_from_data({"thinking": _CHAIN_THINKING[length], "nodes": nodes, "edges": edges}, registry=registry)
+    return _CHAIN_HEADERS[length] + "\n" + spec.to_xml(registry=registry)
 
 
 def _single_example(registry: AgentRegistry) -> str:
@@ -167,6 +181,8 @@ def _values(question: str, dom: Dom, registry: AgentRegistry, model: str | None)
             return _example(dom, registry)
         if name == "example_chain":
             return _chain_example(registry) if dom == "high" else ""
+        if name == "example_chain_3":
+            return _chain_example(registry, 3) if dom == "high" else ""
         if name == "example_single":
             return _single_example(registry) if dom == "high" else _example(dom, registry)
         if name == "archive":

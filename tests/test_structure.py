@@ -155,6 +155,25 @@ def test_example_placeholders_pick_one_shape(tmp_path):
     assert "Given ${A1}" in wiring and "one agent gets the whole task" not in wiring
 
 
+def test_three_agent_chain_example_is_wired_end_to_end(tmp_path):
+    """{example_chain_3} is a chain of three whose references carry every result (depth 3 along ${} too); the
+    chains prompt shows it after the two-agent one; low DoM has no such example."""
+    from mas_orchestra.prompts import orchestrator_messages
+
+    registry = offered_registry(None, agents=["cot", "sc"])
+    (tmp_path / "user.txt").write_text("A {example_chain_3} B {question}")
+    (tmp_path / "system.txt").write_text("")
+    (tmp_path / "second_user.txt").write_text("")
+    high = orchestrator_messages("q", "high", registry=registry, prompt=str(tmp_path))[-1]["content"]
+    example = high.split("one built on the other:", 1)[1].split(" B ", 1)[0]
+    shape = structure_of(parse_orchestration(example, registry=registry))
+    assert (shape.agents, shape.depth, shape.ref_depth, shape.wired, shape.width) == (3, 3, 3, 2, 1)
+    low = orchestrator_messages("q", "low", registry=registry, prompt=str(tmp_path))[-1]["content"]
+    assert low.startswith("A  B ")
+    chains = orchestrator_messages("q", "high", registry=registry, prompt="recipes/prompts/chains")[-1]["content"]
+    assert chains.index("Given ${A1}, work out the final") < chains.index("Given ${A2}, work out the final")
+
+
 def test_eval_refuses_controls_it_cannot_apply(tmp_path):
     from mas_orchestra.bench.evaluation import evaluate
     from mas_orchestra.bench.evaluation.common import EvalInputError

@@ -166,7 +166,9 @@ def test_wiring_recipes_parse_and_differ_only_where_they_say(name):
     base = parse_config(["--config", str(RECIPES / "cpu_wiring.yaml")])
     assert cfg.model == "embedded" and cfg.constrained and cfg.merge and cfg.agent_kinds == ["cot", "sc"]
     assert cfg.dataset == base.dataset and cfg.dataset.endswith("split=train")
-    assert cfg.prompt == (None if cfg.dom == "low" else "recipes/prompts/wiring")
+    # the cost recipe keeps the two-agent example it was measured with (training/README.md, "What was measured")
+    assert cfg.prompt == {"cpu_wiring.yaml": "recipes/prompts/chains", "cpu_wiring_low.yaml": None,
+                          "cpu_wiring_cost.yaml": "recipes/prompts/wiring"}[name]
     assert (cfg.max_steps, cfg.num_generations, cfg.learning_rate) == (base.max_steps, base.num_generations,
                                                                        base.learning_rate)
     if name == "cpu_wiring_low.yaml":

@@ -119,8 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--temperature", type=float, default=0.5, help="orchestrator temperature (paper's 0.5)")
     parser.add_argument("--max-tokens", type=int, default=320, help="orchestrator tokens (the recipe's budget)")
     parser.add_argument("--agents", default="cot,sc", help="offered kinds (the recipe's)")
-    parser.add_argument("--prompt", default="recipes/prompts/wiring",
-                        help="high-DoM prompt template folder (the recipe's); the low-DoM arm uses our low prompt")
+    parser.add_argument("--prompt", default="recipes/prompts/chains",
+                        help="high-DoM prompt template folder (recipes/cpu_wiring.yaml's; recipes/prompts/wiring "
+                             "for the cost recipe); the low-DoM arm uses our low prompt")
     parser.add_argument("--seed", type=int, default=1, help="test-problem generation seed")
     parser.add_argument("--skip-base", action="store_true", help="leave out the base arm")
     parser.add_argument("--out", default="runs/controls", help="folder of the eval run directories")

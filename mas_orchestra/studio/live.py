@@ -93,15 +93,9 @@ def check_thread_id(thread_id: str) -> str:
 
 
 def create_private_file(path: Path) -> None:
-    """Create ``path`` readable by its owner only (0600), or narrow an existing one to that.
-
-    SQLite creates the journal and WAL files with the database file's mode, so they stay private too.
-
-    Args:
-        path: The file.
-    """
-    fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
-    os.close(fd)
+    """Create ``path`` readable by its owner only (0600), or narrow an existing one to that (SQLite gives the
+    journal and WAL files the database file's mode, so they stay private too)."""
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
     if path.stat().st_mode & 0o077:
         path.chmod(0o600)
 
@@ -226,12 +220,9 @@ class LiveRuns:
                          "(thread_id TEXT PRIMARY KEY, created REAL, request TEXT)")
 
     async def aclose(self) -> None:
-        """Stop every run this server executes and wait until each has closed its checkpoint connection.
-
-        A server that stops mid-run must not leave a write lock on the file: the next server opening the same
-        thread would find it locked. A cut-off run goes on from its last checkpoint when it is opened again.
-        """
-        tasks = [live.task for live in self._runs.values() if live.task is not None and not live.task.done()]
+        """Cancel every run this server executes and wait until each closed its checkpoint (a stopped server
+        leaves no write lock on the file; a cut-off run goes on from its last checkpoint when opened again)."""
+        tasks = [r.task for r in self._runs.values() if r.task is not None and not r.task.done()]
         for task in tasks:
             task.cancel()
         if tasks:
