@@ -93,22 +93,20 @@ def _example(dom: str, registry: AgentRegistry) -> str:
     return spec.to_xml(registry=registry)
 
 
-_CHAIN_INPUTS = {
-    2: ("Work out the intermediate result the task needs first.",
-        "Given ${A1}, work out the final answer to the task."),
-    3: ("Work out the intermediate result the task needs first.",
-        "Given ${A1}, work out the next intermediate result the task needs.",
-        "Given ${A2}, work out the final answer to the task."),
-}
-_CHAIN_THINKING = {
-    2: "The final answer depends on an intermediate result, so the second agent reads the first agent's output "
-       "through ${A1}.",
-    3: "The final answer depends on two intermediate results, the second built on the first, so each agent reads "
-       "the previous agent's output: ${A1}, then ${A2}.",
-}
-_CHAIN_HEADERS = {
-    2: "For a task whose answer needs an earlier result:",
-    3: "For a task whose answer needs two earlier results, one built on the other:",
+# Per chain length: the header line, the thinking, then each agent's (description, input). Each agent after the
+# first reads the previous one's result through ${A<k>}.
+_CHAINS: dict[int, tuple[str, str, tuple[tuple[str, str], ...]]] = {
+    2: ("For a task whose answer needs an earlier result:",
+        "The final answer depends on an intermediate result, so the second agent reads the first agent's output "
+        "through ${A1}.",
+        (("First step", "Work out the intermediate result the task needs first."),
+         ("Final step", "Given ${A1}, work out the final answer to the task."))),
+    3: ("For a task whose answer needs two earlier results, one built on the other:",
+        "The final answer depends on two intermediate results, the second built on the first, so each agent reads "
+        "the previous agent's output: ${A1}, then ${A2}.",
+        (("Step 1", "Work out the intermediate result the task needs first."),
+         ("Step 2", "Given ${A1}, work out the next intermediate result the task needs."),
+         ("Final step", "Given ${A2}, work out the final answer to the task."))),
 }
 
 
@@ -117,20 +115,17 @@ def _chain_example(registry: AgentRegistry, length: int = 2) -> str:
     thing an edge alone does not do (it orders agents, it passes nothing). Small on purpose: a model copies the
     example's size."""
     kind = _example_kind(registry, "cot")
-    inputs = _CHAIN_INPUTS[length]
+    header, thinking, steps = _CHAINS[length]
     nodes: list[dict[str, object]] = [
-        {"id": f"A{k}", "agent": kind.name, "description": "Final step" if k == length else f"Step {k}",
-         "input": text}
-        for k, text in enumerate(inputs, start=1)
+        {"id": f"A{k}", "agent": kind.name, "description": description, "input": text}
+        for k, (description, text) in enumerate(steps, start=1)
     ]
-    if length == 2:  # the two-agent example as it always read
-        nodes[0]["description"] = "First step"
     for item in nodes:
         if item["agent"] in _EXAMPLE_PARAMS:
             item["params"] = _EXAMPLE_PARAMS[str(item["agent"])]
     edges = [{"source": f"A{k}", "target": f"A{k + 1}"} for k in range(1, length)]
-    spec = spec_from_data({"thinking": _CHAIN_THINKING[length], "nodes": nodes, "edges": edges}, registry=registry)
-    return _CHAIN_HEADERS[length] + "\n" + spec.to_xml(registry=registry)
+    spec = spec_from_data({"thinking": thinking, "nodes": nodes, "edges": edges}, registry=registry)
+    return header + "\n" + spec.to_xml(registry=registry)
 
 
 def _single_example(registry: AgentRegistry) -> str:
