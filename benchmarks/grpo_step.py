@@ -16,6 +16,10 @@ calculator as sub-agent) for ``--steps`` steps with ``--profile-phases``, one af
   checkpointed chunks;
 * ``f32decode``: the recipe as it is, but rollout decode steps on the float32 weights with LoRA merged
   (``MAS_DECODE_WEIGHTS=float32``) instead of the packed int4 base layers with LoRA beside them;
+* ``concatkv``: the recipe as it is, but the rollouts' key/values concatenated anew at every decode step and
+  jump-forward padding kept (as before :mod:`mas_orchestra.local.batch_cache`; ``benchmarks/grpo_variant.py``);
+* ``heapreuse``: the recipe as it is, but while decoding the heap serves blocks below 32 MiB (mmap threshold
+  lifted too, as ``reuse_freed_memory`` did before; ``benchmarks/grpo_variant.py``);
 * ``after``: the recipe as it is (batched rollouts sampled in eval mode from merged LoRA weights with freed
   heap memory reused while decoding, shared-prefix packed forward of each completion up to its end, no
   dropout, gradient checkpointing, whole group in one micro-batch, heap released, grouped-query attention in
@@ -24,7 +28,8 @@ calculator as sub-agent) for ``--steps`` steps with ``--profile-phases``, one af
 
 Per case: mean seconds per phase over the steps after the first (the first carries one-off warm-up), the highest
 peak RSS of each phase, the step wall, and ``ratio`` = case / the first case run; the last lines compare
-``after`` with ``unmerged``, ``float32``, ``unchunked`` and ``f32decode`` phase by phase. ``--recipe`` runs
+``after`` with ``unmerged``, ``float32``, ``unchunked``, ``f32decode``, ``concatkv`` and ``heapreuse`` phase by
+phase. ``--recipe`` runs
 another recipe (e.g. ``recipes/cpu_wiring.yaml``, whose eight ~300-token completions per step make the head's
 memory show).
 
@@ -57,13 +62,18 @@ CASES: dict[str, tuple[list[str], dict[str, str]]] = {
     "float32": (["--bf16", "false"], {}),
     "unchunked": (["--head-chunk-logits", "0"], {}),
     "f32decode": ([], {"MAS_DECODE_WEIGHTS": "float32"}),
+    "concatkv": ([], {}),
+    "heapreuse": ([], {}),
     "after": ([], {}),
 }
+#: Cases whose "before" is no flag any more: run through benchmarks/grpo_variant.py, which undoes the change.
+VARIANT_CASES = ("concatkv", "heapreuse")
 
 
 def _one(case: str, steps: int, out: Path, recipe: Path = RECIPE) -> dict[str, Any]:
     flags, extra_env = CASES[case]
-    command = [sys.executable, "-m", "training.grpo", "--config", str(recipe), "--output-dir", str(out),
+    runner = [str(ROOT / "benchmarks" / "grpo_variant.py"), case] if case in VARIANT_CASES else ["-m", "training.grpo"]
+    command = [sys.executable, *runner, "--config", str(recipe), "--output-dir", str(out),
                "--max-steps", str(steps), "--save-steps", "1000", "--no-merge", "--profile-phases", *flags]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **extra_env}
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
@@ -128,7 +138,7 @@ def main() -> None:
     for row in rows[1:]:
         print(f"{row['case']}/{rows[0]['case']}: step {row['ratio']}, peak RSS {row['peak_rss_ratio']}, "
               + ", ".join(f"{p} {row[f'{p}_ratio']}" for p in PHASES if f"{p}_ratio" in row))
-    for other in ("unmerged", "float32", "unchunked", "f32decode"):  # the one change each case leaves out, against the recipe as it is
+    for other in ("unmerged", "float32", "unchunked", "f32decode", "concatkv", "heapreuse"):  # the one change each case leaves out, against the recipe as it is
         if "after" in by_case and other in by_case and rows[0]["case"] != other:
             after = by_case["after"]
             _ratios(after, by_case[other], prefix=f"vs_{other}_")

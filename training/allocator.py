@@ -10,10 +10,16 @@ recipe, the resident size between steps stayed at ~7 GiB although a step needs f
 returned when freed) and :func:`trim_heap` hands the heap's free pages back after each step
 (``malloc_trim``). Both are no-ops where glibc is not the allocator (macOS, musl, jemalloc preloaded).
 
-Returning every large block costs time where the same sizes are freed and allocated again and again: each fresh
-mapping is zero-filled page by page. Decoding does exactly that (each pass allocates its key/value copies and logits
-anew), so :func:`reuse_freed_memory` lifts the threshold for the duration of a block (the rollouts) and trims the
-heap when it ends: the block's peak may hold freed blocks, the phase after it starts from a trimmed heap.
+Trimming costs time where the heap shrinks and grows again and again: each page handed back and touched again
+is a fresh zero-filled page. Decoding does exactly that (every pass allocates and frees its small temporaries),
+so :func:`reuse_freed_memory` lifts the trim threshold for the duration of a block (the rollouts) and trims
+the heap when it ends. It leaves the mmap threshold where it is: the batch's key/value buffers (10–15 MiB per
+layer) are still mmapped, so the heap never holds them. Lifting the mmap threshold as well (to glibc's 32 MiB
+ceiling, as this block once did) put those buffers on the heap, where regrowing and replacing them fragmented
+it. Measured on the CPU wiring recipe (2 steps each, separate runs on an idle machine, training/README.md "Time
+and memory on a CPU"): both thresholds lifted, the second step's rollouts peaked at 3,018 MiB and the training
+phases after them at 3,355 MiB; nothing lifted, 2,423 and 2,297 MiB but rollouts took 61 s instead of 42–48 s;
+the trim threshold only, rollouts at 45–48 s.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ log = logging.getLogger(__name__)
 MMAP_THRESHOLD_BYTES = 1 << 20
 _M_MMAP_THRESHOLD = -3  # mallopt parameter numbers from glibc's malloc.h
 _M_TRIM_THRESHOLD = -1
-#: While :func:`reuse_freed_memory` is active: glibc's own ceiling for its dynamic threshold on 64-bit.
+#: The trim threshold while :func:`reuse_freed_memory` is active (glibc's ceiling for its dynamic thresholds).
 REUSE_THRESHOLD_BYTES = 32 << 20
 _applied_threshold: int | None = None  # what release_freed_memory set (None: glibc's defaults are in force)
 
@@ -83,16 +89,17 @@ def trim_heap() -> bool:
 
 @contextmanager
 def reuse_freed_memory() -> Iterator[None]:
-    """Within the block, blocks below 32 MiB are served from the heap again; at its end the threshold set by
-    :func:`release_freed_memory` is restored and the heap trimmed. A no-op when that was never applied."""
+    """Within the block, freed heap memory is kept for reuse (trim threshold at 32 MiB); at its end the trim
+    threshold set by :func:`release_freed_memory` is restored and the heap trimmed. Large blocks stay mmapped.
+    A no-op when :func:`release_freed_memory` was never applied."""
     libc = _glibc()
     threshold = _applied_threshold
     if libc is None or threshold is None:
         yield
         return
-    _set_thresholds(libc, REUSE_THRESHOLD_BYTES)
+    libc.mallopt(_M_TRIM_THRESHOLD, REUSE_THRESHOLD_BYTES)
     try:
         yield
     finally:
-        _set_thresholds(libc, threshold)
+        libc.mallopt(_M_TRIM_THRESHOLD, threshold)
         libc.malloc_trim(0)

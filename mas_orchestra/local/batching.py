@@ -3,7 +3,8 @@
 One :class:`GenerationBatcher` per loaded model runs a worker thread. Requests (a prompt's token ids plus their
 sampling settings, stop strings and an optional grammar processor) are queued; at every decode step the worker
 admits what arrived — each new request is prefilled on its own (reusing a cached prompt prefix, see
-:mod:`mas_orchestra.local.prefix_cache`) and its key/values joined to the running batch, left-padded — then runs
+:mod:`mas_orchestra.local.prefix_cache`) and its key/values joined to the running batch, left-padded (the batch's
+key/value layout, with spare capacity and padding compacted, is :mod:`mas_orchestra.local.batch_cache`) — then runs
 one forward pass for all rows. Rows leave the batch as soon as they finish (end of text, stop string, token
 budget, grammar end), are cancelled (their future was cancelled, e.g. a time-out) or fail (their grammar allowed
 no token): a row's failure is its own, the others go on.
@@ -247,6 +248,8 @@ class GenerationBatcher:
     def _loop(self, rows: list[_Row]) -> None:
         import torch
 
+        from mas_orchestra.local.batch_cache import compact_padding, join_row, trim_padding
+
         stopping = False
         cache: Any = None
         mask: Any = None
@@ -281,7 +284,7 @@ class GenerationBatcher:
                     _deliver(row)  # finished at its first token
                     continue
                 rows.append(row)
-                cache, mask = _join(cache, mask, row_cache, self.device)
+                cache, mask = join_row(cache, mask, row_cache)
             self.active_rows = len(rows)
             if not rows:
                 if stopping:
@@ -292,6 +295,7 @@ class GenerationBatcher:
                 with torch.inference_mode(), torch_threads(max((r.request.threads or 0) for r in rows) or None):
                     keep, step_mask = self._step(rows, cache, mask)
                 mask = torch.cat([mask, step_mask], dim=1)
+                cache, mask = compact_padding(cache, mask)
             except Exception as exc:
                 err = BatchingError(f"batched decoding of {len(rows)} request(s) failed: {exc}")
                 err.__cause__ = exc
@@ -310,7 +314,7 @@ class GenerationBatcher:
                 if rows:
                     cache.batch_select_indices(index)
                     mask = mask[index]
-                    cache, mask = _trim_padding(cache, mask)
+                    cache, mask = trim_padding(cache, mask)
                 else:
                     cache, mask = None, None
                 self.active_rows = len(rows)
@@ -455,45 +459,3 @@ def _fail(request: GenerationRequest, exc: BaseException) -> None:
         return
     with contextlib.suppress(InvalidStateError):  # cancelled meanwhile
         request.future.set_exception(exc)
-
-
-def _join(cache: Any, mask: Any, row_cache: Any, device: str) -> tuple[Any, Any]:
-    """Add one prefilled row (cache of batch 1, no padding) to the running batch, left-padding the shorter side."""
-    import torch
-
-    new_len = row_cache.layers[0].keys.shape[-2]
-    new_mask = torch.ones((1, new_len), dtype=torch.long, device=row_cache.layers[0].keys.device)
-    if cache is None:
-        return row_cache, new_mask
-    old_len = int(mask.shape[1])
-    width = max(old_len, new_len)
-    for layer, new in zip(cache.layers, row_cache.layers, strict=True):
-        layer.keys = torch.cat([_left_pad(layer.keys, width), _left_pad(new.keys, width)], dim=0)
-        layer.values = torch.cat([_left_pad(layer.values, width), _left_pad(new.values, width)], dim=0)
-    mask = torch.cat([_left_pad(mask, width, dim=1), _left_pad(new_mask, width, dim=1)], dim=0)
-    return cache, mask
-
-
-def _left_pad(tensor: Any, width: int, dim: int = -2) -> Any:
-    import torch
-
-    missing = width - tensor.shape[dim]
-    if missing <= 0:
-        return tensor
-    shape = list(tensor.shape)
-    shape[dim] = missing
-    return torch.cat([torch.zeros(shape, dtype=tensor.dtype, device=tensor.device), tensor], dim=dim)
-
-
-def _trim_padding(cache: Any, mask: Any) -> tuple[Any, Any]:
-    """Drop leading columns that no remaining row attends to (left by rows that left)."""
-    import torch
-
-    used = torch.nonzero(mask.any(dim=0))
-    first = int(used[0, 0]) if len(used) else 0
-    if first == 0:
-        return cache, mask
-    for layer in cache.layers:
-        layer.keys = layer.keys[:, :, first:]
-        layer.values = layer.values[:, :, first:]
-    return cache, mask[:, first:]

@@ -1,0 +1,69 @@
+"""``python -m training.grpo`` with one of this stop's decoding changes undone in-process, for the side-by-side
+cases of :mod:`benchmarks.grpo_step` whose "before" no flag selects any more.
+
+* ``concatkv``: the decode batch's key/values laid out as transformers' ``DynamicLayer`` does (the whole cache
+  concatenated anew at every step) and the padding of jump-forward steps kept (no
+  :func:`~mas_orchestra.local.batch_cache.compact_padding`);
+* ``heapreuse``: while decoding, blocks below 32 MiB served from the heap (mmap and trim thresholds both
+  lifted), as ``training.allocator.reuse_freed_memory`` did before it lifted only the trim threshold.
+
+    python benchmarks/grpo_variant.py concatkv --config recipes/cpu_wiring.yaml --output-dir D --max-steps 2
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+VARIANTS = ("concatkv", "heapreuse")
+
+
+def _concatenated_kv() -> None:
+    from mas_orchestra.local import batch_cache
+
+    def as_given(cache: Any) -> Any:
+        return cache
+
+    def uncompacted(cache: Any, mask: Any, min_waste: int | None = None) -> tuple[Any, Any]:
+        return cache, mask
+
+    batch_cache.spare_capacity = as_given  # type: ignore[assignment]
+    batch_cache.compact_padding = uncompacted  # type: ignore[assignment]
+
+
+def _heap_reuse() -> None:
+    from training import allocator, rollouts
+
+    @contextmanager
+    def both_thresholds_lifted() -> Iterator[None]:
+        libc, threshold = allocator._glibc(), allocator._applied_threshold
+        if libc is None or threshold is None:
+            yield
+            return
+        allocator._set_thresholds(libc, allocator.REUSE_THRESHOLD_BYTES)
+        try:
+            yield
+        finally:
+            allocator._set_thresholds(libc, threshold)
+            libc.malloc_trim(0)
+
+    rollouts.reuse_freed_memory = both_thresholds_lifted  # type: ignore[assignment]
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] not in VARIANTS:
+        raise SystemExit(f"usage: grpo_variant.py {{{','.join(VARIANTS)}}} [training.grpo arguments]")
+    {"concatkv": _concatenated_kv, "heapreuse": _heap_reuse}[args[0]]()
+    from training.grpo import main as grpo_main
+
+    grpo_main(args[1:])
+
+
+if __name__ == "__main__":
+    main()
