@@ -19,7 +19,7 @@ ceiling, as this block once did) put those buffers on the heap, where regrowing 
 it. Measured on the CPU wiring recipe (2 steps each, separate runs on an idle machine, training/README.md "Time
 and memory on a CPU"): both thresholds lifted, the second step's rollouts peaked at 3,018 MiB and the training
 phases after them at 3,355 MiB; nothing lifted, 2,423 and 2,297 MiB but rollouts took 61 s instead of 42–48 s;
-the trim threshold only, rollouts at 45–48 s.
+the trim threshold only, rollouts at 45–48 s (on the recipe's depth-3-only variant).
 """
 
 from __future__ import annotations
