@@ -44,8 +44,10 @@ CHECKPOINT_TYPES: tuple[tuple[str, str], ...] = (
     ("agents.base", "ModelUsage"),
 )
 
-# How long a writer waits for another process's write lock before the run fails with CheckpointError.
-DEFAULT_LOCK_TIMEOUT_S = 5.0
+# How long a writer waits for another writer's lock before the run fails with CheckpointError. Generous because
+# several runs may share one file (the studio runs every thread on one), and on a loaded machine one run's
+# checkpoint write can hold the lock for seconds: at 5 s a resumed studio run failed under a busy CI machine.
+DEFAULT_LOCK_TIMEOUT_S = 30.0
 
 # SQLite's `synchronous` setting for checkpoint files (the savers use WAL journaling). NORMAL: a committed
 # checkpoint survives a crash or kill -9 of the process; an OS crash or power cut may lose the last few
