@@ -20,9 +20,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-VARIANTS = ("concatkv", "heapreuse")
-
-
 def _concatenated_kv() -> None:
     from mas_orchestra.local import batch_cache
 
@@ -55,11 +52,15 @@ def _heap_reuse() -> None:
     rollouts.reuse_freed_memory = both_thresholds_lifted  # type: ignore[assignment]
 
 
+#: Each variant and what undoes its change.
+VARIANTS = {"concatkv": _concatenated_kv, "heapreuse": _heap_reuse}
+
+
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] not in VARIANTS:
         raise SystemExit(f"usage: grpo_variant.py {{{','.join(VARIANTS)}}} [training.grpo arguments]")
-    {"concatkv": _concatenated_kv, "heapreuse": _heap_reuse}[args[0]]()
+    VARIANTS[args[0]]()
     from training.grpo import main as grpo_main
 
     grpo_main(args[1:])

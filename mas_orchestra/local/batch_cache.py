@@ -5,9 +5,10 @@
 Three things about that layout cost memory and time in a long batch, and are handled here:
 
 * **Growth.** transformers' ``DynamicLayer`` appends a step's key/values with ``torch.cat``: every decode step
-  allocates the whole cache anew and frees the old one, per layer. That copies the cache once per step and, on
-  glibc, fragments the heap (each new block is a little larger than the one just freed): measured on the CPU
-  wiring recipe, resident memory grew ~2 GB during a step's rollouts for ~0.7 GB of key/values.
+  allocates the whole cache anew and frees the old one, per layer: the cache is copied once per step, and where
+  those blocks come from the heap each new one is a little larger than the one just freed, which fragments it
+  (with the heap serving them, the CPU wiring recipe's rollouts grew ~2 GB for ~0.7 GB of key/values; see
+  ``training/allocator.py`` for why they are mmapped now).
   :class:`SpareCapacityLayer` writes into a buffer with room to spare and returns a view of its filled part, so
   a step copies only its new columns; the buffer is regrown (by :data:`SPARE_FRACTION`) when full.
 * **Jump-forward padding.** A step feeds every row as many columns as the row with the most pending tokens
@@ -136,6 +137,7 @@ class SpareCapacityLayer(DynamicLayer):
             keys: Any = self.keys
             values: Any = self.values
             self.replace(keys[indices, ...], values[indices, ...])
+
 
 def _replace(layer: Any, keys: Any, values: Any) -> None:
     if isinstance(layer, SpareCapacityLayer):
