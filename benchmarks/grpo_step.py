@@ -16,19 +16,23 @@ calculator as sub-agent) for ``--steps`` steps with ``--profile-phases``, one af
   checkpointed chunks;
 * ``f32decode``: the recipe as it is, but rollout decode steps on the float32 weights with LoRA merged
   (``MAS_DECODE_WEIGHTS=float32``) instead of the packed int4 base layers with LoRA beside them;
-* ``concatkv``: the recipe as it is, but the rollouts' key/values concatenated anew at every decode step and
+* ``padded``: the recipe as it is, but the rollouts' decode batch in the padded layout
+  (``MAS_BATCH_LAYOUT=padded``: every row fed as many columns as the longest pending run, the group's prompt held
+  once per row) instead of the ragged one (:mod:`mas_orchestra.local.ragged`);
+* ``concatkv``: the padded layout, and its key/values concatenated anew at every decode step and
   jump-forward padding kept (as before :mod:`mas_orchestra.local.batch_cache`; ``benchmarks/grpo_variant.py``);
 * ``heapreuse``: the recipe as it is, but while decoding the heap serves blocks below 32 MiB (mmap threshold
   lifted too, as ``reuse_freed_memory`` did before; ``benchmarks/grpo_variant.py``);
 * ``after``: the recipe as it is (batched rollouts sampled in eval mode from merged LoRA weights with freed
   heap memory reused while decoding, shared-prefix packed forward of each completion up to its end, no
   dropout, gradient checkpointing, whole group in one micro-batch, heap released, grouped-query attention in
-  place, rollouts decoded on the training thread, the output head scored in checkpointed chunks, and on a CPU with native bf16 the forward and backward under
+  place, rollouts decoded on the training thread in the ragged layout, the output head scored in checkpointed
+  chunks, and on a CPU with native bf16 the forward and backward under
   bf16 autocast, the rollouts' prompts prefilled in bf16 and their decode steps on the int4-packed base layers).
 
 Per case: mean seconds per phase over the steps after the first (the first carries one-off warm-up), the highest
 peak RSS of each phase, the step wall, and ``ratio`` = case / the first case run; the last lines compare
-``after`` with ``unmerged``, ``float32``, ``unchunked``, ``f32decode``, ``concatkv`` and ``heapreuse`` phase by
+``after`` with ``unmerged``, ``float32``, ``unchunked``, ``f32decode``, ``padded``, ``concatkv`` and ``heapreuse`` phase by
 phase. ``--recipe`` runs
 another recipe (e.g. ``recipes/cpu_wiring.yaml``, whose eight ~300-token completions per step make the head's
 memory show).
@@ -62,7 +66,8 @@ CASES: dict[str, tuple[list[str], dict[str, str]]] = {
     "float32": (["--bf16", "false"], {}),
     "unchunked": (["--head-chunk-logits", "0"], {}),
     "f32decode": ([], {"MAS_DECODE_WEIGHTS": "float32"}),
-    "concatkv": ([], {}),
+    "padded": ([], {"MAS_BATCH_LAYOUT": "padded"}),
+    "concatkv": ([], {"MAS_BATCH_LAYOUT": "padded"}),
     "heapreuse": ([], {}),
     "after": ([], {}),
 }

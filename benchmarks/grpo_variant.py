@@ -1,8 +1,9 @@
 """``python -m training.grpo`` with one of this stop's decoding changes undone in-process, for the side-by-side
 cases of :mod:`benchmarks.grpo_step` whose "before" no flag selects any more.
 
-* ``concatkv``: the decode batch's key/values laid out as transformers' ``DynamicLayer`` does (the whole cache
-  concatenated anew at every step) and the padding of jump-forward steps kept (no
+* ``concatkv``: in the padded layout (``benchmarks/grpo_step.py`` sets ``MAS_BATCH_LAYOUT=padded`` for it), the
+  decode batch's key/values laid out as transformers' ``DynamicLayer`` does (the whole cache concatenated anew at
+  every step) and the padding of jump-forward steps kept (no
   :func:`~mas_orchestra.local.batch_cache.compact_padding`);
 * ``heapreuse``: while decoding, blocks below 32 MiB served from the heap (mmap and trim thresholds both
   lifted), as ``training.allocator.reuse_freed_memory`` did before it lifted only the trim threshold.

@@ -94,6 +94,10 @@ VARIABLES: tuple[Variable, ...] = (
              "Weights decode steps read on a CPU: `int4` packs a 4-bit model's layers "
              "(`LocalEngineOptions(decode_weights=)` wins; training rollouts default to `float32` outside bf16 "
              "autocast).", "Local models"),
+    Variable("MAS_BATCH_LAYOUT", "auto | ragged | padded", "auto",
+             "How a local model's decode batch lays out its rows: `ragged` runs only real tokens and holds a shared "
+             "prompt once, `padded` pads every row to the longest (`LocalEngineOptions(batch_layout=)` wins; `auto`: "
+             "ragged where the model supports it).", "Local models"),
     Variable("MAS_PREFIX_CACHE_MB", "MiB", "256",
              "In-memory budget of cached prompt key/values per model; `0` turns the cache off.", "Local models"),
     Variable("MAS_PREFIX_STORE_MB", "MiB", "512",

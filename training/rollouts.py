@@ -50,7 +50,7 @@ from typing import Any
 
 import torch
 
-from mas_orchestra.local.batching import GenerationBatcher, GenerationRequest
+from mas_orchestra.local.batching import GenerationBatcher, GenerationRequest, resolve_batch_layout
 from mas_orchestra.local.decoding import (
     ConstrainedLogitsProcessor,
     DecodingStats,
@@ -118,7 +118,7 @@ def _unsupported(config: Any, rest: dict[str, Any]) -> list[str]:
 def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None, *,
                              jump_forward: bool = True, merged_sampling: bool = True,
                              prefill_precision: str | None = None, decode_weights: str | None = None,
-                             low_precision: bool = False) -> DecodingStats:
+                             batch_layout: str | None = None, low_precision: bool = False) -> DecodingStats:
     """Make every later ``generate`` of ``model`` (TRL's rollouts, the validation runner's samples) decode
     through the batched decoder.
 
@@ -136,6 +136,8 @@ def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None,
             ``low_precision``, ``float32`` otherwise.
         decode_weights: ``float32`` | ``auto`` | ``int4``: the weights decode steps read. Default:
             ``MAS_DECODE_WEIGHTS`` (read now), else ``auto`` when ``low_precision``, ``float32`` otherwise.
+        batch_layout: ``auto`` | ``ragged`` | ``padded``: how the decode batch lays out its rows
+            (:mod:`~mas_orchestra.local.ragged`). Default: ``MAS_BATCH_LAYOUT`` (read now), else ``auto``.
         low_precision: The training forward runs under bf16 autocast on a CPU (picks the defaults above).
 
     Returns:
@@ -145,6 +147,7 @@ def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None,
     Raises:
         PrecisionError: a prefill precision (argument or variable) that is not one of the valid values.
         DecodeWeightsError: likewise for the decode weights.
+        BatchLayoutError: likewise for the batch layout.
     """
     prefill_precision = read_setting(prefill_precision, field="prefill_precision", env_var=PREFILL_DTYPE_ENV_VAR,
                                      choices=PREFILL_PRECISIONS, error=PrecisionError,
@@ -152,6 +155,7 @@ def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None,
     decode_weights = read_setting(decode_weights, field="decode_weights", env_var=DECODE_WEIGHTS_ENV_VAR,
                                   choices=DECODE_WEIGHTS, error=DecodeWeightsError,
                                   default="auto" if low_precision else "float32")
+    batch_layout = resolve_batch_layout(batch_layout)
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     original = type(inner).generate
     totals = DecodingStats()
@@ -163,7 +167,7 @@ def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None,
         if not reasons:
             return _batched_generate(inner, tokenizer, constraint, kwargs["input_ids"], kwargs.get("attention_mask"),
                                      config, jump_forward, totals, merged_sampling, prefill_precision,
-                                     decode_weights)
+                                     decode_weights, batch_layout)
         key = "; ".join(reasons)
         if key not in warned:
             warned.add(key)
@@ -252,7 +256,8 @@ def _add_stats(totals: DecodingStats, stats: DecodingStats) -> None:
 
 def _batched_generate(inner: Any, tokenizer: Any, constraint: Any, input_ids: Any, attention_mask: Any,
                       config: Any, jump_forward: bool, totals: DecodingStats, merged_sampling: bool = True,
-                      prefill_precision: str = "float32", decode_weights: str = "float32") -> Any:
+                      prefill_precision: str = "float32", decode_weights: str = "float32",
+                      batch_layout: str = "auto") -> Any:
     device = input_ids.device
     max_new = int(config.max_new_tokens)
     stops = stop_token_ids(getattr(config, "eos_token_id", None), tokenizer)
@@ -265,7 +270,7 @@ def _batched_generate(inner: Any, tokenizer: Any, constraint: Any, input_ids: An
     identity = f"rollouts:{id(inner)}:{torch.randint(0, 2**62, (1,)).item()}"
     batcher = GenerationBatcher(inner, tokenizer, str(device), end_ids=end_ids, identity=identity,
                                 prefix_cache=PrefixCache(identity, _CALL_CACHE_BYTES),
-                                max_batch=max(1, int(input_ids.shape[0])))
+                                max_batch=max(1, int(input_ids.shape[0])), layout=batch_layout)
     compiler = grammar_compiler(tokenizer, int(inner.config.vocab_size), stops) if constraint is not None else None
     # settings resolved when the rollouts were installed (argument > environment > the trainer's default)
     prefill_dtype = resolve_prefill_dtype(str(device), inner.dtype, prefill_precision)

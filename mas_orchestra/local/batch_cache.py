@@ -1,7 +1,9 @@
-"""The key/value layout of a running decode batch: rows joined left-padded, spare capacity, padding compacted.
+"""The padded layout of a running decode batch: rows joined left-padded, spare capacity, padding compacted.
 
-:class:`~mas_orchestra.local.batching.GenerationBatcher` keeps one transformers ``DynamicCache`` for all its rows,
-``[rows, kv heads, columns, head dim]`` per layer, with a ``[rows, columns]`` attention mask (0 = padding).
+In this layout (:class:`PaddedBatch`; the batcher's choice for models the ragged layout of
+:mod:`mas_orchestra.local.ragged` cannot run) :class:`~mas_orchestra.local.batching.GenerationBatcher` keeps one
+transformers ``DynamicCache`` for all its rows, ``[rows, kv heads, columns, head dim]`` per layer, with a
+``[rows, columns]`` attention mask (0 = padding).
 Three things about that layout cost memory and time in a long batch, and are handled here:
 
 * **Growth.** transformers' ``DynamicLayer`` appends a step's key/values with ``torch.cat``: every decode step
@@ -29,7 +31,7 @@ from typing import Any
 
 from transformers.cache_utils import DynamicLayer
 
-__all__ = ["COMPACT_MIN_WASTE", "SPARE_FRACTION", "SpareCapacityLayer", "compact_padding", "join_row",
+__all__ = ["COMPACT_MIN_WASTE", "SPARE_FRACTION", "PaddedBatch", "SpareCapacityLayer", "compact_padding", "join_row",
            "spare_capacity", "trim_padding"]
 
 #: A regrown buffer holds this share of its filled columns again as free room (at least 64 columns).
@@ -232,3 +234,59 @@ def compact_padding(cache: Any, mask: Any, min_waste: int | None = None) -> tupl
         index = order[:, None, :, None].expand(rows, heads, longest, dim)
         _replace(layer, layer.keys.gather(2, index), layer.values.gather(2, index))
     return cache, mask.gather(1, order)
+
+
+class PaddedBatch:
+    """A running decode batch in the padded layout: one cache, rows left-padded to a common width.
+
+    The layout for models :func:`mas_orchestra.local.ragged.supports_ragged` turns down (sliding windows,
+    soft-capped logits, non-SDPA attention); same methods as :class:`mas_orchestra.local.ragged.RaggedBatch`.
+
+    Args:
+        cache_arg: The keyword the model takes its cache by (``cache`` or ``past_key_values``).
+        pad_token_id: The token fed in padding columns (masked out).
+    """
+
+    def __init__(self, cache_arg: str = "cache", pad_token_id: int = 0) -> None:
+        self.cache_arg, self.pad_token_id = cache_arg, pad_token_id
+        self.cache: Any = None
+        self.mask: Any = None
+
+    def __len__(self) -> int:
+        return 0 if self.mask is None else int(self.mask.shape[0])
+
+    def join(self, prompt_ids: Any, cached: int, row_cache: Any) -> None:
+        """Add a prefilled row (its prompt ids and prefix-cache hit are unused here)."""
+        self.cache, self.mask = join_row(self.cache, self.mask, row_cache)
+
+    def forward(self, model: Any, pending: list[list[int]], positions: list[int], device: Any) -> Any:
+        """One pass over every row's pending tokens (right-aligned, left-padded per row); returns the logits
+        after each row's last one ``[rows, vocab]``."""
+        import torch
+
+        width = max(len(p) for p in pending)
+        rows = len(pending)
+        input_ids = torch.full((rows, width), self.pad_token_id, dtype=torch.long, device=device)
+        step_mask = torch.zeros((rows, width), dtype=self.mask.dtype, device=device)
+        position_ids = torch.zeros((rows, width), dtype=torch.long, device=device)
+        for i, (tokens, first) in enumerate(zip(pending, positions, strict=True)):
+            k = len(tokens)
+            input_ids[i, width - k:] = torch.tensor(tokens, device=device)
+            step_mask[i, width - k:] = 1
+            position_ids[i, width - k:] = torch.arange(first, first + k, device=device)
+        full_mask = torch.cat([self.mask, step_mask], dim=1)
+        out = model(input_ids=input_ids, attention_mask=full_mask, position_ids=position_ids, use_cache=True,
+                    logits_to_keep=1, **{self.cache_arg: self.cache})
+        self.cache, self.mask = compact_padding(self.cache, full_mask)
+        return out.logits[:, -1, :]
+
+    def keep(self, indices: list[int]) -> None:
+        """Keep the rows ``indices`` (in that order)."""
+        if not indices:
+            self.cache = self.mask = None
+            return
+        import torch
+
+        index = torch.tensor(indices, dtype=torch.long, device=self.mask.device)
+        self.cache.batch_select_indices(index)
+        self.cache, self.mask = trim_padding(self.cache, self.mask[index])

@@ -3,9 +3,11 @@
 One :class:`GenerationBatcher` per loaded model runs a worker thread. Requests (a prompt's token ids plus their
 sampling settings, stop strings and an optional grammar processor) are queued; at every decode step the worker
 admits what arrived — each new request is prefilled on its own (reusing a cached prompt prefix, see
-:mod:`mas_orchestra.local.prefix_cache`) and its key/values joined to the running batch, left-padded (the batch's
-key/value layout, with spare capacity and padding compacted, is :mod:`mas_orchestra.local.batch_cache`) — then runs
-one forward pass for all rows. Rows leave the batch as soon as they finish (end of text, stop string, token
+:mod:`mas_orchestra.local.prefix_cache`) and its key/values joined to the running batch — then runs one forward
+pass for all rows. The batch's layout is ragged where the model allows it (:mod:`mas_orchestra.local.ragged`: the
+rows' real tokens only, a shared prompt prefix held once) and padded otherwise
+(:mod:`mas_orchestra.local.batch_cache`: rows left-padded to a common width); ``batch_layout`` chooses. Rows
+leave the batch as soon as they finish (end of text, stop string, token
 budget, grammar end), are cancelled (their future was cancelled, e.g. a time-out) or fail (their grammar allowed
 no token): a row's failure is its own, the others go on.
 
@@ -40,13 +42,17 @@ from mas_orchestra.local.precision import MIN_BF16_PREFILL_TOKENS, cast_cache, p
 from mas_orchestra.local.threads import torch_threads
 
 __all__ = [
+    "BATCH_LAYOUTS",
+    "BATCH_LAYOUT_ENV_VAR",
     "FORCE_GQA_ENV_VAR",
+    "BatchLayoutError",
     "BatchingError",
     "GenerationBatcher",
     "GenerationRequest",
     "GenerationResult",
     "UnsupportedCacheError",
     "prefer_grouped_query_attention",
+    "resolve_batch_layout",
     "supports_batching",
 ]
 
@@ -54,10 +60,34 @@ log = logging.getLogger(__name__)
 
 #: Rows decoded together at most; further requests wait for a row to leave.
 DEFAULT_MAX_BATCH = 16
+#: How a batch lays out its rows: ``ragged`` (:mod:`mas_orchestra.local.ragged`), ``padded``
+#: (:mod:`mas_orchestra.local.batch_cache`), or ``auto`` (ragged where the model supports it).
+BATCH_LAYOUTS = ("auto", "ragged", "padded")
+BATCH_LAYOUT_ENV_VAR = "MAS_BATCH_LAYOUT"
 
 
 class BatchingError(MasOrchestraError, RuntimeError):
     """A batched forward pass failed; every request in that batch gets this error (with the cause chained)."""
+
+
+class BatchLayoutError(MasOrchestraError, ValueError):
+    """A batch layout (argument or ``MAS_BATCH_LAYOUT``) that is not one of :data:`BATCH_LAYOUTS`."""
+
+
+def resolve_batch_layout(layout: str | None) -> str:
+    """``layout`` if given, else ``MAS_BATCH_LAYOUT``, else ``auto``.
+
+    Args:
+        layout: ``auto`` | ``ragged`` | ``padded``, or ``None``.
+
+    Returns:
+        The layout, lower-cased.
+
+    Raises:
+        BatchLayoutError: A value outside :data:`BATCH_LAYOUTS` (the message names where it came from).
+    """
+    return environment.choice(BATCH_LAYOUT_ENV_VAR, layout, field="batch_layout", choices=BATCH_LAYOUTS,
+                              default="auto", error=BatchLayoutError)
 
 
 class UnsupportedCacheError(MasOrchestraError, ValueError):
@@ -149,12 +179,15 @@ class GenerationBatcher:
     """Decodes the queued requests of one model together (see the module docstring)."""
 
     def __init__(self, model: Any, tokenizer: Any, device: str, *, end_ids: set[int], prefix_cache: Any = None,
-                 identity: str = "", max_batch: int = DEFAULT_MAX_BATCH) -> None:
+                 identity: str = "", max_batch: int = DEFAULT_MAX_BATCH, layout: str | None = None) -> None:
+        layout = resolve_batch_layout(layout)
         self.model, self.tokenizer, self.device = model, tokenizer, device
         self.end_ids = end_ids
         self.prefix_cache = prefix_cache
         self.identity = identity
         self.max_batch = max_batch
+        self.layout = layout
+        self._ragged: bool | None = None if layout == "auto" else layout == "ragged"
         prefer_grouped_query_attention(device)
         self.peak_batch = 0  # most rows decoded together so far
         self.active_rows = 0  # rows in the running batch now
@@ -248,11 +281,8 @@ class GenerationBatcher:
     def _loop(self, rows: list[_Row]) -> None:
         import torch
 
-        from mas_orchestra.local.batch_cache import compact_padding, join_row, trim_padding
-
         stopping = False
-        cache: Any = None
-        mask: Any = None
+        batch = self._new_batch()
         while True:
             if stopping and not rows:
                 if self._may_end():
@@ -284,7 +314,8 @@ class GenerationBatcher:
                     _deliver(row)  # finished at its first token
                     continue
                 rows.append(row)
-                cache, mask = join_row(cache, mask, row_cache)
+                with torch.inference_mode():
+                    batch.join(row.ids[0, :row.prompt_len], row.cached, row_cache)
             self.active_rows = len(rows)
             if not rows:
                 if stopping:
@@ -293,30 +324,23 @@ class GenerationBatcher:
             self.peak_batch = max(self.peak_batch, len(rows))
             try:
                 with torch.inference_mode(), torch_threads(max((r.request.threads or 0) for r in rows) or None):
-                    keep, step_mask = self._step(rows, cache, mask)
-                mask = torch.cat([mask, step_mask], dim=1)
-                cache, mask = compact_padding(cache, mask)
+                    keep = self._step(rows, batch)
             except Exception as exc:
                 err = BatchingError(f"batched decoding of {len(rows)} request(s) failed: {exc}")
                 err.__cause__ = exc
                 for row in rows:
                     _fail(row.request, err)
                 rows.clear()
-                cache, mask = None, None
+                batch = self._new_batch()
                 self.active_rows = 0
                 continue
             for row in rows:
                 if row.result is not None:
                     _deliver(row)  # after the threads scope: a caller sees its own thread settings restored
             if len(keep) < len(rows):
-                index = torch.tensor(keep, dtype=torch.long, device=mask.device)
                 rows[:] = [rows[i] for i in keep]
-                if rows:
-                    cache.batch_select_indices(index)
-                    mask = mask[index]
-                    cache, mask = trim_padding(cache, mask)
-                else:
-                    cache, mask = None, None
+                with torch.inference_mode():
+                    batch.keep(keep)
                 self.active_rows = len(rows)
 
     def _prefill(self, request: GenerationRequest) -> tuple[_Row, Any]:
@@ -349,38 +373,42 @@ class GenerationBatcher:
         self._choose(row, out.logits[:, -1, :])
         return row, cache
 
-    def _step(self, rows: list[_Row], cache: Any, mask: Any) -> tuple[list[int], Any]:
-        """One forward pass over every row's pending tokens (right-aligned, left-padded per row); returns the
-        indices of rows still running and the step's mask columns."""
-        import torch
+    def _new_batch(self) -> Any:
+        """An empty running batch in the layout this model decodes in (ragged where it can, else padded)."""
+        if self._ragged is None or self._ragged:
+            from mas_orchestra.local.ragged import supports_ragged
 
-        width = max(len(r.pending) for r in rows)
-        pad = int(self.tokenizer.pad_token_id or 0)
-        input_ids = torch.full((len(rows), width), pad, dtype=torch.long, device=mask.device)
-        step_mask = torch.zeros((len(rows), width), dtype=mask.dtype, device=mask.device)
-        positions = torch.zeros((len(rows), width), dtype=torch.long, device=mask.device)
-        for i, row in enumerate(rows):
-            k = len(row.pending)
-            input_ids[i, width - k:] = torch.tensor(row.pending, device=mask.device)
-            step_mask[i, width - k:] = 1
-            first = int(row.ids.shape[1]) - k
-            positions[i, width - k:] = torch.arange(first, first + k, device=mask.device)
-        full_mask = torch.cat([mask, step_mask], dim=1)
+            supported = supports_ragged(self.model)
+            if self._ragged and not supported:
+                raise BatchLayoutError(
+                    f"batch_layout='ragged': {type(self.model).__name__} cannot decode ragged (it needs SDPA "
+                    "attention and full-attention layers only); use batch_layout='auto' or 'padded'")
+            self._ragged = supported
+        if self._ragged:
+            from mas_orchestra.local.ragged import RaggedBatch
+
+            return RaggedBatch(int(self.model.config.num_hidden_layers), self._cache_arg)
+        from mas_orchestra.local.batch_cache import PaddedBatch
+
+        return PaddedBatch(self._cache_arg, int(self.tokenizer.pad_token_id or 0))
+
+    def _step(self, rows: list[_Row], batch: Any) -> list[int]:
+        """One forward pass over every row's pending tokens; returns the indices of rows still running."""
+        positions = [int(row.ids.shape[1]) - len(row.pending) for row in rows]
         # packed weights only when every row asked for them (one row asking float32 keeps the pass exact)
         with packed_decoding(all(row.request.packed for row in rows)):
-            out = self.model(input_ids=input_ids, attention_mask=full_mask, position_ids=positions,
-                             use_cache=True, logits_to_keep=1, **{self._cache_arg: cache})
+            logits = batch.forward(self.model, [row.pending for row in rows], positions, self.device)
         keep = []
         for i, row in enumerate(rows):
             row.passes += 1
             if row.request.future.cancelled():
                 continue  # cancelled while batched: it leaves, the others go on
             try:
-                if not self._choose(row, out.logits[i:i + 1, -1, :]):
+                if not self._choose(row, logits[i:i + 1]):
                     keep.append(i)
             except Exception as exc:  # e.g. the row's grammar died: it fails alone
                 _fail(row.request, exc)
-        return keep, step_mask
+        return keep
 
     def _choose(self, row: _Row, logits: Any) -> bool:
         """Pick the row's next token(s) from ``logits`` ``[1, vocab]``; returns True when the row is finished."""

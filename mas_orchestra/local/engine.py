@@ -226,7 +226,7 @@ class LocalEngine:
             self.batcher = GenerationBatcher(self.model, self.tokenizer, self.device,
                                              end_ids={int(i) for i in end_ids if i is not None},
                                              prefix_cache=self.prefix_cache, identity=identity,
-                                             max_batch=options.max_batch)
+                                             max_batch=options.max_batch, layout=options.batch_layout)
             return self.batcher
 
 

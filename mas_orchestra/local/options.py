@@ -3,7 +3,8 @@
 Each field left at ``None`` is read from its environment variable when it is used (explicit value > variable >
 default, the rule of :mod:`mas_orchestra.environment`); nothing is read at import or at construction. The
 per-request knobs (threads, prefix caching, jump-forward, prefill precision, decode weights) apply to each call;
-the per-model ones (the prefix cache's and the prefix store's budgets, the store's folder, the batch size) are
+the per-model ones (the prefix cache's and the prefix store's budgets, the store's folder, the batch size and
+layout) are
 fixed when a model's batcher is first made (:meth:`~mas_orchestra.local.engine.LocalEngine.submit`): the first
 options that reach a loaded model decide them for it.
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mas_orchestra import environment
-from mas_orchestra.local.batching import DEFAULT_MAX_BATCH
+from mas_orchestra.local.batching import BATCH_LAYOUTS, DEFAULT_MAX_BATCH, BatchLayoutError
 from mas_orchestra.local.packed_weights import DECODE_WEIGHTS, DecodeWeightsError, decode_packed
 from mas_orchestra.local.precision import PREFILL_PRECISIONS, PrecisionError, resolve_prefill_dtype
 from mas_orchestra.local.prefix_cache import DEFAULT_PREFIX_CACHE_MB, PREFIX_CACHE_ENV_VAR, PrefixCacheError
@@ -47,6 +48,8 @@ class LocalEngineOptions:
             ``MAS_PREFIX_STORE_MB``, else 512 (:mod:`~mas_orchestra.local.prefix_store`).
         prefix_store_dir: The store's folder; ``None``: ``MAS_PREFIX_STORE_DIR``, else ``<cache root>/prefixes``.
         max_batch: Rows decoded together at most.
+        batch_layout: ``auto`` | ``ragged`` | ``padded``: how the decode batch lays out its rows
+            (:mod:`~mas_orchestra.local.ragged`); ``None``: ``MAS_BATCH_LAYOUT``, else ``auto``.
     """
 
     device: str = "cpu"
@@ -59,6 +62,7 @@ class LocalEngineOptions:
     prefix_store_mb: float | None = None
     prefix_store_dir: str | None = None
     max_batch: int = DEFAULT_MAX_BATCH
+    batch_layout: str | None = None
 
     def __post_init__(self) -> None:
         """Reject explicit values of the wrong form at once (the message names the field)."""
@@ -72,6 +76,8 @@ class LocalEngineOptions:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise PrefixCacheError(f"{name}={value!r}: a size in MiB (>= 0); 0 turns it off")
+        if self.batch_layout is not None:
+            _check(self.batch_layout, "batch_layout", BATCH_LAYOUTS, BatchLayoutError)
         if self.max_batch < 1:
             raise ValueError(f"max_batch={self.max_batch!r}: at least 1 row")
 
