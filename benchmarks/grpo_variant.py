@@ -5,6 +5,8 @@ cases of :mod:`benchmarks.grpo_step` whose "before" no flag selects any more.
   decode batch's key/values laid out as transformers' ``DynamicLayer`` does (the whole cache concatenated anew at
   every step) and the padding of jump-forward steps kept (no
   :func:`~mas_orchestra.local.batch_cache.compact_padding`);
+* ``densemask``: the shared-prefix forward's attention under its dense ``[T, T]`` mask (one SDPA call per
+  layer over the whole packed sequence) instead of by segment (:mod:`training.segmented_attention`);
 * ``heapreuse``: while decoding, blocks below 32 MiB served from the heap (mmap and trim thresholds both
   lifted), as ``training.allocator.reuse_freed_memory`` did before it lifted only the trim threshold.
 
@@ -53,8 +55,17 @@ def _heap_reuse() -> None:
     rollouts.reuse_freed_memory = both_thresholds_lifted  # type: ignore[assignment]
 
 
+def _dense_mask() -> None:
+    from training import segmented_attention
+
+    def never(model: Any) -> bool:
+        return False
+
+    segmented_attention.use_segmented_attention = never  # type: ignore[assignment]
+
+
 #: Each variant and what undoes its change.
-VARIANTS = {"concatkv": _concatenated_kv, "heapreuse": _heap_reuse}
+VARIANTS = {"concatkv": _concatenated_kv, "heapreuse": _heap_reuse, "densemask": _dense_mask}
 
 
 def main(argv: list[str] | None = None) -> None:

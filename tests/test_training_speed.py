@@ -68,8 +68,10 @@ def test_prompt_groups_split_on_ids_and_padding(tiny) -> None:  # type: ignore[n
     assert prompt_groups(ids, mask2, keep) == [[0, 1], [2], [3]]
 
 
+@pytest.mark.parametrize("segmented", [False, True], ids=["dense-mask", "segmented"])
 @pytest.mark.parametrize("checkpointing", [False, True])
-def test_shared_prefix_equals_the_full_forward_in_values_and_gradients(tiny, checkpointing) -> None:  # type: ignore[no-untyped-def]
+def test_shared_prefix_equals_the_full_forward_in_values_and_gradients(tiny, checkpointing, segmented) -> None:  # type: ignore[no-untyped-def]
+    from training.segmented_attention import PACKED_ATTENTION_NAME, use_segmented_attention
     from training.shared_prefix import shared_prefix_logps
 
     ids, mask, keep = _batch(tiny[1])
@@ -81,6 +83,9 @@ def test_shared_prefix_equals_the_full_forward_in_values_and_gradients(tiny, che
         if checkpointing:
             model.get_base_model().gradient_checkpointing_enable({"use_reentrant": False})
         if shared:
+            if segmented:  # each prompt causally with itself, each group's completions batched against it
+                assert use_segmented_attention(model)
+                assert model.get_base_model().config._attn_implementation == PACKED_ATTENTION_NAME
             logps, entropy = shared_prefix_logps(model, ids, mask, keep, temperature=0.7, compute_entropy=True)
         else:
             logps, entropy = _reference(model, ids, mask, keep)
@@ -118,6 +123,9 @@ def test_a_micro_batch_packs_into_one_sequence(tiny) -> None:  # type: ignore[no
     # both first tokens of a group are predicted at its prompt's end; later ones at the token before
     assert packed.predictors.tolist() == [5, 6, 7, 8, 5, 10, 14, 15, 16, 14, 18, 19, 20]
     assert packed.slots.tolist() == [0, 1, 2, 3, 4, 5, 8, 9, 10, 12, 13, 14, 15]  # row * keep + t
+    # where each group's prompt and completions sit, for the segmented attention (no dense mask needed there)
+    assert packed.segments == [(0, 6, [(6, 4), (10, 2)]), (12, 3, [(15, 3), (18, 4)])]
+    assert pack_rows(ids, mask, keep, torch.float32, dense_mask=False).mask is None
 
 
 def test_padding_after_a_completion_is_neither_run_nor_scored(tiny) -> None:  # type: ignore[no-untyped-def]

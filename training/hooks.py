@@ -74,8 +74,12 @@ def install_trainer_hooks(trainer: Any, tokenizer: Any, constraint: Any, cfg: An
 def _install_shared_prefix(trainer: Any) -> None:
     """Replace the trainer's ``_get_per_token_logps_and_entropies`` by one that runs each group's prompt once where
     that is exact (:func:`shared_prefix_refusal` says where not; TRL's own method runs there, with a warning once)."""
+    from training.segmented_attention import use_segmented_attention
+
     original = trainer._get_per_token_logps_and_entropies  # TRL's, bound to this trainer
     warned: set[str] = set()
+    if use_segmented_attention(trainer.model):
+        log.info("shared-prefix forward: attention by segment (training/segmented_attention.py)")
 
     def per_token_logps(self: Any, model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: int,
                         batch_size: int | None = None, compute_entropy: bool = False,
@@ -120,8 +124,11 @@ def shared_prefix_refusal(model: Any, input_ids: Any, logits_to_keep: int, compu
     reason = shared_prefix_supported(model)
     if reason is not None:
         return reason
+    from training.segmented_attention import PACKED_ATTENTION_NAME
+
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     packed = int(input_ids.size(1)) + (int(input_ids.size(0)) - 1) * logits_to_keep  # an upper bound
-    if packed > MAX_PACKED_TOKENS:
+    if packed > MAX_PACKED_TOKENS and inner.config._attn_implementation != PACKED_ATTENTION_NAME:
         return (f"a packed micro-batch of up to {packed} tokens exceeds {MAX_PACKED_TOKENS} (its dense "
                 "attention mask grows with the square)")
     return None

@@ -31,6 +31,8 @@ from typing import Any, NamedTuple
 import torch
 import torch.utils.checkpoint
 
+from training.segmented_attention import PACKED_ATTENTION_NAME, SEGMENTS_KWARG, PackedSegments
+
 __all__ = ["HEAD_CHUNK_LOGITS", "MAX_PACKED_TOKENS", "PackedBatch", "completion_lengths", "pack_rows", "prompt_groups",
            "shared_prefix_logps", "shared_prefix_supported"]
 
@@ -143,14 +145,16 @@ class PackedBatch(NamedTuple):
 
     #: ``[1, T]`` token ids: each group's prompt once, then each of its completions up to its end
     ids: torch.Tensor
-    #: ``[1, 1, T, T]`` additive attention mask
-    mask: torch.Tensor
+    #: ``[1, 1, T, T]`` additive attention mask (``None`` when packed for segmented attention)
+    mask: torch.Tensor | None
     #: ``[1, T]`` position ids, the full forward's own
     positions: torch.Tensor
     #: for every packed completion token, the packed position whose logits predict it
     predictors: torch.Tensor
     #: for every packed completion token, its index in the flattened ``[rows, logits_to_keep]`` output
     slots: torch.Tensor
+    #: per group: (prompt start, prompt length, [(completion start, completion length), ...]) in the sequence
+    segments: list[tuple[int, int, list[tuple[int, int]]]]
 
 
 def completion_lengths(attention_mask: torch.Tensor, logits_to_keep: int) -> torch.Tensor:
@@ -166,8 +170,8 @@ def completion_lengths(attention_mask: torch.Tensor, logits_to_keep: int) -> tor
     return (kept * ordinal).amax(dim=1) if logits_to_keep else kept.sum(dim=1)
 
 
-def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, mask_dtype: torch.dtype
-              ) -> PackedBatch:
+def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, mask_dtype: torch.dtype,
+              dense_mask: bool = True) -> PackedBatch:
     """The whole micro-batch as one sequence: each group's prompt once, then its completions.
 
     A token sees the earlier tokens of its own group's prompt and of its own completion, nothing else. A
@@ -181,12 +185,14 @@ def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_k
         attention_mask: Its attention mask.
         logits_to_keep: Completion tokens per row (the last columns).
         mask_dtype: The dtype of the packed attention mask.
+        dense_mask: Build the ``[T, T]`` mask (False: the segmented attention needs only ``segments``).
     """
     length = int(input_ids.size(1))
     prompt_len = length - logits_to_keep
     device = input_ids.device
     lengths = completion_lengths(attention_mask, logits_to_keep).tolist()
     pieces, positions, groups, blocks, predictors, slots = [], [], [], [], [], []
+    segments: list[tuple[int, int, list[tuple[int, int]]]] = []
     offset = 0
     completion_pos = torch.arange(prompt_len, length, device=device)
     for g, group in enumerate(prompt_groups(input_ids, attention_mask, logits_to_keep)):
@@ -198,8 +204,10 @@ def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_k
         prompt_end = offset + n_prompt - 1  # predicts every completion's first token
         offset += n_prompt
         group_start = offset - n_prompt
+        segments.append((group_start, n_prompt, []))
         for block, row in enumerate(group, start=1):
             n = int(lengths[row])
+            segments[-1][2].append((offset, n))
             pieces.append(input_ids[row, prompt_len:prompt_len + n])
             positions.append(completion_pos[:n])
             blocks.append(torch.full((n,), block, dtype=torch.long, device=device))
@@ -210,14 +218,16 @@ def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_k
             slots.append(row * logits_to_keep + torch.arange(n, device=device))
             offset += n
         groups.append(torch.full((offset - group_start,), g, dtype=torch.long, device=device))
+    ids, position_ids = torch.cat(pieces).unsqueeze(0), torch.cat(positions).unsqueeze(0)
+    if not dense_mask:
+        return PackedBatch(ids, None, position_ids, torch.cat(predictors), torch.cat(slots), segments)
     group_of, block_of = torch.cat(groups), torch.cat(blocks)
     index = torch.arange(offset, device=device)
     visible = ((index.unsqueeze(1) >= index.unsqueeze(0)) & (group_of.unsqueeze(1) == group_of.unsqueeze(0))
                & ((block_of.unsqueeze(0) == 0) | (block_of.unsqueeze(0) == block_of.unsqueeze(1))))
     mask = torch.zeros((offset, offset), dtype=mask_dtype, device=device)
     mask.masked_fill_(~visible, torch.finfo(mask_dtype).min)
-    return PackedBatch(torch.cat(pieces).unsqueeze(0), mask[None, None], torch.cat(positions).unsqueeze(0),
-                       torch.cat(predictors), torch.cat(slots))
+    return PackedBatch(ids, mask[None, None], position_ids, torch.cat(predictors), torch.cat(slots), segments)
 
 
 def shared_prefix_logps(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
@@ -243,19 +253,24 @@ def shared_prefix_logps(model: Any, input_ids: torch.Tensor, attention_mask: tor
     """
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     mask_dtype = inner.dtype if inner.dtype.is_floating_point else torch.float32
-    packed = pack_rows(input_ids, attention_mask, logits_to_keep, mask_dtype)
+    segmented = inner.config._attn_implementation == PACKED_ATTENTION_NAME
+    packed = pack_rows(input_ids, attention_mask, logits_to_keep, mask_dtype, dense_mask=not segmented)
     targets = input_ids[:, -logits_to_keep:].reshape(-1)[packed.slots]
     head = inner.get_output_embeddings()
+    inputs: dict[str, Any] = {"input_ids": packed.ids, "attention_mask": packed.mask,
+                              "position_ids": packed.positions, "logits_to_keep": packed.predictors,
+                              "use_cache": False}
+    if segmented:  # a 4-D placeholder: transformers builds no mask, the attention reads the segments
+        inputs["attention_mask"] = torch.ones((1, 1, 1, 1), dtype=torch.bool, device=input_ids.device)
+        inputs[SEGMENTS_KWARG] = PackedSegments.build(packed.segments, input_ids.device)
     if head_chunk_logits and _plain_head(inner):
         with _head_returns_hidden(head) as head_forward:
-            out = model(input_ids=packed.ids, attention_mask=packed.mask, position_ids=packed.positions,
-                        logits_to_keep=packed.predictors, use_cache=False)
+            out = model(**inputs)
         packed_logps, packed_entropy = _chunked_head_logps(
             head_forward, out.logits[0], targets, temperature, compute_entropy, entropy_grad,
             max(1, head_chunk_logits // int(head.weight.shape[0])))
     else:
-        out = model(input_ids=packed.ids, attention_mask=packed.mask, position_ids=packed.positions,
-                    logits_to_keep=packed.predictors, use_cache=False)
+        out = model(**inputs)
         logits = out.logits if temperature == 1.0 else out.logits / temperature
         packed_logps, packed_entropy = _token_logps(logits, targets.unsqueeze(0), compute_entropy, entropy_grad)
     rows = int(input_ids.size(0))

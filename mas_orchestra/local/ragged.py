@@ -38,8 +38,8 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
-__all__ = ["ATTENTION_NAME", "MIN_SHARED_PREFIX", "RaggedBatch", "RaggedStep", "ragged_attention",
-           "supports_ragged"]
+__all__ = ["ATTENTION_NAME", "MIN_SHARED_PREFIX", "RaggedBatch", "RaggedStep", "declare_sdpa_equivalent",
+           "ragged_attention", "sdpa_equivalent", "supports_ragged"]
 
 #: The attention implementation a ragged pass runs under (SDPA for every other call).
 ATTENTION_NAME = "mas_ragged_sdpa"
@@ -140,12 +140,27 @@ def ragged_attention(module: Any, query: Any, key: Any, value: Any, attention_ma
 AttentionInterface.register(ATTENTION_NAME, ragged_attention)
 ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION_NAME, sdpa_mask)
 
+#: Attention implementations that are SDPA for any call a ragged pass does not mark (a model on one of them can
+#: decode ragged).
+_SDPA_EQUIVALENTS = {"sdpa", ATTENTION_NAME}
+
+
+def declare_sdpa_equivalent(name: str) -> None:
+    """Record that the registered attention implementation ``name`` is SDPA for every unmarked call (and hands
+    calls marked with a ragged step to :func:`ragged_attention`), so models switched to it still decode ragged."""
+    _SDPA_EQUIVALENTS.add(name)
+
+
+def sdpa_equivalent(name: str | None) -> bool:
+    """Whether the attention implementation ``name`` is SDPA or declared equivalent to it."""
+    return name in _SDPA_EQUIVALENTS
+
 
 def supports_ragged(model: Any) -> bool:
     """True when ``model`` can decode in the ragged layout: a transformers model on SDPA whose cache layers are
     all full attention (no sliding window, no soft-capped logits, no attention sinks)."""
     config = getattr(model, "config", None)
-    if config is None or getattr(config, "_attn_implementation", None) != "sdpa":
+    if config is None or not sdpa_equivalent(getattr(config, "_attn_implementation", None)):
         return False
     if any(getattr(config, name, None) for name in ("attn_logit_softcapping", "sliding_window", "use_sliding_window")):
         return False
