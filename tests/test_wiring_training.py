@@ -286,3 +286,34 @@ def test_controls_refuse_a_run_without_merged_weights(tmp_path):
     arms = arms_for([str(tmp_path / "run")], low_dom_run=str(tmp_path / "low"))
     assert [a.label for a in arms] == ["base", "trained (run)", "low DoM, trained (low)"]
     assert arms[-1].dom == "low" and arms[1].orchestrator.endswith("run/merged")
+
+
+def test_system_scoped_partial_credit_counts_facts_any_agent_reached():
+    from training.data import load_masbench
+
+    row = load_masbench("depth", [3], n=1, seed=0, split="test")[0]
+    facts = row["intermediates"]
+    registry = offered_registry(None, agents=["cot", "sc"])
+    # A1 -> A2 wired (two levels reached), then a final A3 that drops the reference (it restarts at level one)
+    broken_tail = spec_from_data({"nodes": [
+        {"id": "A1", "agent": "cot", "input": "Continue the task."},
+        {"id": "A2", "agent": "cot", "input": "Given ${A1}, continue."},
+        {"id": "A3", "agent": "cot", "input": "Continue the task."}],
+        "edges": [{"source": "A1", "target": "A2"}, {"source": "A2", "target": "A3"}]},
+        registry=registry).to_xml(registry=registry)
+    completions = [chain(2), broken_tail]
+    scored = {}
+    for scope in ("final", "system"):
+        reward = make_outcome_reward(subagent=CALC, registry=registry, partial_credit_weight=0.5,
+                                     partial_credit_scope=scope)
+        out = asyncio.run(reward(prompts=[[{"role": "user", "content": row["question"]}]] * 2,
+                                 completions=completions, answer=[row["answer"]] * 2,
+                                 question=[row["question"]] * 2, intermediates=[facts] * 2))
+        scored[scope] = (out, [r.partial for r in reward.last_batch["records"]])
+    # the final agent alone: the broken tail states one fact, the two-agent chain two
+    assert scored["final"][1] == [pytest.approx(2 / 3), pytest.approx(1 / 3)]
+    # the system: both reached two levels, so the extra agent no longer costs the plan partial credit
+    assert scored["system"][1] == [pytest.approx(2 / 3), pytest.approx(2 / 3)]
+    assert scored["system"][0][1] == pytest.approx(0.5 * 2 / 3)
+    with pytest.raises(ValueError, match="partial_credit_scope"):
+        make_outcome_reward(subagent=CALC, partial_credit_scope="agents")

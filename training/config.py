@@ -152,6 +152,9 @@ class OrchestraGRPOConfig(GRPOConfig):
     partial_credit_weight: float = field(default=0.0, metadata=_help(
         "reward of a wrong but executed answer per share of the task's intermediate facts its final agent states "
         "(MASBench rows carry them); must be below final_answer_weight; 0 = off (the paper's reward)"))
+    partial_credit_scope: str = field(default="final", metadata=_help(
+        "whose text earns the partial credit: final (the final agent's) | system (any agent's: a fact counts "
+        "wherever in the system it was reached)"))
     # -- validation during training (the original's trainer.val_before_train / test_freq / val_kwargs) ---------
     val_dataset: str | None = field(default=None, metadata=_help(
         "held-out data evaluated during training, same forms as --dataset (masbench:…, masbench-official:…, "

@@ -28,6 +28,7 @@ def problems(cfg: Any) -> list[str]:
     choice("grader", VALID_KINDS)
     choice("cost_metric", ("subagent_calls", "total_tokens", "cost_usd"))
     choice("cost_reward", ("linear", "group"))
+    choice("partial_credit_scope", ("final", "system"))
     if cfg.partial_credit_weight and not 0 < cfg.partial_credit_weight < cfg.final_answer_weight:
         found.append(f"partial_credit_weight={cfg.partial_credit_weight!r}: must be in [0, "
                         f"final_answer_weight={cfg.final_answer_weight!r})")

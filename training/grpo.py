@@ -202,7 +202,7 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         judge=cfg.judge, search=search, registry=registry, concurrency=cfg.reward_concurrency,
         cost_weight=cfg.cost_weight, cost_metric=cfg.cost_metric, cost_reward=cfg.cost_reward,
         final_answer_weight=cfg.final_answer_weight, execution_success_weight=cfg.execution_success_weight,
-        partial_credit_weight=cfg.partial_credit_weight,
+        partial_credit_weight=cfg.partial_credit_weight, partial_credit_scope=cfg.partial_credit_scope,
     )
     reward = make_outcome_reward(**reward_kwargs)
     constraint = _orchestration_constraint(cfg, registry) if cfg.constrained else None

@@ -65,6 +65,7 @@ from training.shaping import group_cost_rewards, stated_share
 __all__ = [
     "COST_METRICS",
     "COST_REWARDS",
+    "PARTIAL_CREDIT_SCOPES",
     "REWARD_SETTINGS",
     "OutcomeReward",
     "completion_text",
@@ -78,6 +79,8 @@ log = logging.getLogger(__name__)
 COST_METRICS = ("subagent_calls", "total_tokens", "cost_usd")
 #: How cost enters a correct answer's reward (see :meth:`OutcomeReward.reward_for` and :func:`group_cost_rewards`).
 COST_REWARDS = ("linear", "group")
+#: Whose text earns the partial credit of a wrong answer (``partial_credit_scope``).
+PARTIAL_CREDIT_SCOPES = ("final", "system")
 #: How each rollout's MAS runs when the reward is given no settings: RunSettings' defaults, with a 120 s bound on
 #: a whole run (a hung MAS must not stall a training step; training's ``reward_timeout`` sets its own).
 REWARD_SETTINGS = RunSettings(timeout=120.0)
@@ -179,6 +182,8 @@ class OutcomeReward:
         partial_credit_weight: A wrong but executed answer earns this times the share of the row's
             ``intermediates`` its final agent states (:func:`stated_share`); 0 = off, below
             ``final_answer_weight``.
+        partial_credit_scope: ``final``: the facts the final agent states; ``system``: the facts any agent
+            states (how far up the chain the system got, wherever).
 
     Raises:
         ValueError: An unknown grader or cost metric, no ``judge`` for the judge grader, or a bad setting.
@@ -208,6 +213,7 @@ class OutcomeReward:
         final_answer_weight: float = 1.0,
         execution_success_weight: float = 0.0,
         partial_credit_weight: float = 0.0,
+        partial_credit_scope: str = "final",
     ) -> None:
         if config is not None and not isinstance(config, OrchestraConfig):
             raise TypeError(f"config must be an OrchestraConfig, got {type(config).__name__}")
@@ -227,6 +233,9 @@ class OutcomeReward:
         if partial_credit_weight and not 0 < partial_credit_weight < final_answer_weight:
             raise ValueError(f"partial_credit_weight={partial_credit_weight!r} must be in [0, final_answer_weight="
                                  f"{final_answer_weight!r}): a wrong answer must never score like a right one")
+        if partial_credit_scope not in PARTIAL_CREDIT_SCOPES:
+            raise ValueError(f"unknown partial_credit_scope {partial_credit_scope!r}; valid: "
+                             f"{', '.join(PARTIAL_CREDIT_SCOPES)}")
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
         #: How each multi-agent system runs (validated once, handed whole to every execute_spec) and grading's bound.
@@ -244,6 +253,7 @@ class OutcomeReward:
         self.execution_success_weight = float(execution_success_weight)
         self.concurrency = concurrency
         self.partial_credit_weight = float(partial_credit_weight)
+        self.partial_credit_scope = partial_credit_scope
         self.last_batch: dict[str, Any] | None = None
         self.history: list[dict[str, float]] = []
         self.calls = 0
@@ -369,7 +379,9 @@ class OutcomeReward:
                          timeout=self.settings.grade_timeout)
         )
         if facts is not None and len(facts) and spec.sink in outcome.node_results:
-            record.partial = stated_share(outcome.node_results[spec.sink].text(), facts)
+            texts = ([result.text() for result in outcome.node_results.values()]
+                     if self.partial_credit_scope == "system" else outcome.node_results[spec.sink].text())
+            record.partial = stated_share(texts, facts)
         record.reward = self.reward_for(record)
 
     def cost_of(self, record: RolloutRecord) -> float:

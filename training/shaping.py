@@ -34,22 +34,25 @@ class CostWeights(Protocol):
         ...
 
 
-def stated_share(text: str, facts: Sequence[str]) -> float:
+def stated_share(text: str | Sequence[str], facts: Sequence[str]) -> float:
     """Share of ``facts`` (``the <quantity> = <value>``) that ``text`` states: the quantity's name followed,
     within 40 characters that hold no other digit, by the value. This is the partial credit of a MASBench
-    rollout: how far up the dependency chain the final agent got.
+    rollout: how far up the dependency chain the final agent got (one text), or the system as a whole (several
+    texts: a fact counts when any of them states it).
 
     Args:
-        text: the final agent's output (reasoning and answer).
+        text: the final agent's output (reasoning and answer), or every agent's.
         facts: the intermediate facts of the task (``intermediates`` column of MASBench rows).
 
     Returns:
         A number in [0, 1] (0 for no facts).
     """
+    texts = [text] if isinstance(text, str) else list(text)
     found = 0
     for fact in facts:
         name, _, value = fact.removeprefix("the ").rpartition(" = ")
-        if name and re.search(re.escape(name) + r"\D{0,40}?(?<!\d)" + re.escape(value.strip()) + r"(?!\d)", text):
+        pattern = re.escape(name) + r"\D{0,40}?(?<!\d)" + re.escape(value.strip()) + r"(?!\d)"
+        if name and any(re.search(pattern, t) for t in texts):
             found += 1
     return found / len(facts) if facts else 0.0
 
