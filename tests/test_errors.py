@@ -57,6 +57,7 @@ BUILTIN_BASE: dict[str, type[BaseException]] = {
     "mas_orchestra.local.embedded.EmbeddedModelUnavailableError": ImportError,
     "mas_orchestra.local.batching.BatchingError": RuntimeError,
     "mas_orchestra.local.batching.UnsupportedCacheError": ValueError,
+    "mas_orchestra.local.batching.BatchLayoutError": ValueError,
     "mas_orchestra.local.threads.TorchThreadsError": ValueError,
     "mas_orchestra.local.prefix_cache.PrefixCacheError": ValueError,
     "mas_orchestra.local.precision.PrecisionError": ValueError,

@@ -10,8 +10,10 @@ the same computation as the full forward of each row, up to floating-point round
 log-probabilities, entropies and LoRA gradients with TRL's own path. The gradient from every completion flows
 into the one copy of the prompt, as it flowed into each row's copy.
 
-Because it is one ordinary forward (no key/value cache), it works with gradient checkpointing and under a DDP
-wrapper (one forward per backward). Log-probabilities are computed only at completion positions (TRL's fused
+Where the model runs on SDPA, that mask is never built: :mod:`training.segmented_attention` attends each prompt
+to itself and each group's completions to the prompt and their own tokens, segment by segment. Because it is one
+ordinary forward (no key/value cache), it works with gradient checkpointing and under a DDP wrapper (one forward
+per backward). Log-probabilities are computed only at completion positions (TRL's fused
 head, on a CPU, scores every position of the full sequence), and each completion only up to its end (the
 padding after it, masked out of the loss, is not run). The output head runs over those positions in chunks of
 :data:`HEAD_CHUNK_LOGITS` logits, each under activation checkpointing: a vocabulary-sized float32 row per scored
@@ -36,8 +38,9 @@ from training.segmented_attention import PACKED_ATTENTION_NAME, SEGMENTS_KWARG, 
 __all__ = ["HEAD_CHUNK_LOGITS", "MAX_PACKED_TOKENS", "PackedBatch", "completion_lengths", "pack_rows", "prompt_groups",
            "shared_prefix_logps", "shared_prefix_supported"]
 
-#: Longest packed micro-batch: its additive attention mask is dense (tokens² entries; 8,192 tokens = 256 MiB
-#: in float32), so longer ones fall back to TRL's row-by-row forward.
+#: Longest packed micro-batch under a dense additive attention mask (tokens² entries; 8,192 tokens = 256 MiB in
+#: float32): longer ones fall back to TRL's row-by-row forward unless the model attends by segment
+#: (:mod:`training.segmented_attention`), which needs no such mask.
 MAX_PACKED_TOKENS = 8192
 
 #: Logits the output head produces at once (scored tokens per chunk × vocabulary): 2**25 = 128 MiB in float32.
