@@ -13,8 +13,8 @@ into the one copy of the prompt, as it flowed into each row's copy.
 Where the model runs on SDPA, that mask is never built: :mod:`training.segmented_attention` attends each prompt
 to itself and each group's completions to the prompt and their own tokens, segment by segment. Because it is one
 ordinary forward (no key/value cache), it works with gradient checkpointing and under a DDP wrapper (one forward
-per backward). Log-probabilities are computed only at completion positions (TRL's fused
-head, on a CPU, scores every position of the full sequence), and each completion only up to its end (the
+per backward). Log-probabilities are computed only at completion positions (TRL's fused head, on a CPU, scores
+every position of the full sequence), and each completion only up to its end (the
 padding after it, masked out of the loss, is not run). The output head runs over those positions in chunks of
 :data:`HEAD_CHUNK_LOGITS` logits, each under activation checkpointing: a vocabulary-sized float32 row per scored
 token (log-softmax, kept for backward; 2,400 tokens × 49,152 = 0.47 GB on the CPU wiring recipe, and as much
