@@ -269,3 +269,34 @@ def test_the_embedded_model_is_4_bit_and_decodes_packed(monkeypatch) -> None:  #
     agreement = (exact.argmax(-1) == packed_logits.argmax(-1)).float().mean()
     assert float(agreement) >= 0.9 and float(kl.mean()) < 0.01, (float(agreement), float(kl.mean()))
     assert not torch.equal(exact, packed_logits)  # the packed path did run
+
+
+@needs_kernel
+def test_lora_over_a_packed_base_runs_fused_while_sampling_and_as_peft_otherwise(tiny, native_bf16) -> None:  # type: ignore[no-untyped-def]
+    from peft import LoraConfig, get_peft_model
+
+    from training.rollouts import sampling_policy
+
+    model = get_peft_model(_four_bit_model(tiny), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear",
+                                                             init_lora_weights=False))
+    inner = model.get_base_model()
+    assert decode_packed(inner, "cpu")
+    layer = inner.model.layers[0].mlp.up_proj
+    x = torch.randn(1, 5, layer.in_features)
+    wide = torch.randn(1, MAX_PACKED_ROWS + 1, layer.in_features)
+    with torch.inference_mode():
+        with packed_decoding():
+            peft_packed = layer(x)  # PEFT: the packed base, then the adapter in float32
+        peft_exact, peft_wide = layer(x), layer(wide)
+        with sampling_policy(inner, merge=False, fuse_packed=True) as fused:
+            assert fused == sum(1 for m in inner.modules() if "forward" in vars(m) and hasattr(m, "lora_A"))
+            assert fused > 0
+            with packed_decoding():
+                fused_packed, fused_wide = layer(x), layer(wide)
+            fused_exact = layer(x)
+        assert "forward" not in vars(layer)  # PEFT's forward again afterwards
+        after = layer(x)
+    adapter = (x @ layer.lora_A["default"].weight.T) @ layer.lora_B["default"].weight.T * layer.scaling["default"]
+    assert adapter.abs().max() > 1e-3  # the adapter contributes: the check below is not about the base alone
+    assert torch.allclose(fused_packed, peft_packed, atol=1e-5)  # the same products, summed in another order
+    assert torch.equal(fused_wide, peft_wide) and torch.equal(fused_exact, peft_exact) and torch.equal(after, peft_exact)

@@ -179,3 +179,19 @@ def test_forcing_the_ragged_layout_on_a_model_without_it_says_what_to_use() -> N
     batcher = GenerationBatcher(_model(attn_implementation="eager"), None, "cpu", end_ids=set(), layout="ragged")
     with pytest.raises(BatchLayoutError, match="'auto' or 'padded'"):
         batcher._new_batch()
+
+
+def test_the_prefix_attention_of_the_flash_kernel_equals_the_plain_products() -> None:
+    import torch
+
+    from mas_orchestra.local.ragged import _prefix_attention, _prefix_attention_by_products
+
+    generator = torch.Generator().manual_seed(0)
+    queries, keys, values = (torch.randn(1, 3, n, 64, generator=generator) * 2 for n in (21, 700, 700))
+    out, lse = _prefix_attention(queries, keys, values, 0.125)  # on a CPU: the flash kernel
+    plain_out, plain_lse = _prefix_attention_by_products(queries.clone(), keys, values, 0.125)
+    expected = torch.softmax(queries @ keys.transpose(2, 3) * 0.125, dim=-1) @ values
+    assert lse.shape == (1, 3, 21)
+    assert torch.allclose(out, expected, atol=1e-5) and torch.allclose(plain_out, expected, atol=1e-5)
+    assert torch.allclose(lse, torch.logsumexp(queries @ keys.transpose(2, 3) * 0.125, dim=-1), atol=1e-4)
+    assert torch.allclose(plain_lse, lse, atol=1e-4)

@@ -21,7 +21,8 @@ prompt of a group appears ``num_generations`` times. :func:`install_batched_roll
 * decode steps read float32 weights by default; with ``decode_weights="auto"`` (what ``--bf16`` on a CPU asks
   for) a 4-bit base model's frozen layers are read as int4 with bf16 activations
   (:mod:`mas_orchestra.local.packed_weights`): the LoRA adapters then stay unmerged (a merged weight is no longer
-  4-bit) and run in float32 beside the packed base layer; ``MAS_DECODE_WEIGHTS`` replaces the default;
+  4-bit) and are added to the packed base layer's product in float32 by one ``addmm`` per layer, without
+  PEFT's per-call module machinery; ``MAS_DECODE_WEIGHTS`` replaces the default;
 * the rows decode on the calling thread (:meth:`~mas_orchestra.local.batching.GenerationBatcher.run`), the one
   that runs the training step: with torch's OpenMP backend a worker thread's decode passes were slower there
   (4 rows, 900-token context: 118 ms against 142–157 ms per pass, ``benchmarks/decode_thread.py``);
@@ -62,6 +63,7 @@ from mas_orchestra.local.packed_weights import (
     DECODE_WEIGHTS_ENV_VAR,
     DecodeWeightsError,
     decode_packed,
+    packed_matmul,
 )
 from mas_orchestra.local.precision import (
     PREFILL_DTYPE_ENV_VAR,
@@ -210,7 +212,7 @@ def _mergeable(module: Any) -> list[str]:
 
 
 @contextmanager
-def sampling_policy(model: Any, *, merge: bool = True) -> Iterator[int]:
+def sampling_policy(model: Any, *, merge: bool = True, fuse_packed: bool = False) -> Iterator[int]:
     """Run the block with ``model`` as the policy samples: eval mode, and (``merge``) every plain LoRA linear layer
     merged into a temporary copy of its base weight (PEFT's own merged state, so its forward takes the one base
     matmul).
@@ -221,14 +223,27 @@ def sampling_policy(model: Any, *, merge: bool = True) -> Iterator[int]:
     Args:
         model: The policy model.
         merge: Merge the LoRA layers (False: eval mode only).
+        fuse_packed: Instead of merging, give each plain LoRA layer whose base layer is int4-packed
+            (:mod:`mas_orchestra.local.packed_weights`) a forward that adds the adapter to the packed product in
+            one ``addmm`` whenever the base runs packed (see :func:`_fused_lora_forward`).
 
     Yields:
-        The number of merged layers.
+        The number of merged (or fused) layers.
     """
     was_training = model.training
     swapped: list[tuple[Any, Any]] = []
+    fused: list[Any] = []
     model.eval()
     try:
+        if fuse_packed and not merge:
+            with torch.no_grad():
+                for module in model.modules():
+                    adapters = _mergeable(module)
+                    if adapters and getattr(module.base_layer, "_mas_packed", None) is not None:
+                        module.forward = _fused_lora_forward(module, adapters)
+                        fused.append(module)
+            yield len(fused)
+            return
         with torch.no_grad():
             for module in model.modules() if merge else ():
                 adapters = _mergeable(module)
@@ -246,7 +261,38 @@ def sampling_policy(model: Any, *, merge: bool = True) -> Iterator[int]:
         for module, original in swapped:
             module.base_layer.weight.data = original
             module.merged_adapters = []
+        for module in fused:
+            del module.forward  # the class's forward again
         model.train(was_training)
+
+
+def _fused_lora_forward(module: Any, adapters: list[str]) -> Any:
+    """A forward for a plain LoRA layer over an int4-packed base: ``x W^T + (x A^T)(s B^T)``, without PEFT's
+    per-call machinery.
+
+    PEFT's forward runs the base layer, then per adapter its dropout, ``lora_A``, ``lora_B`` and a separate
+    scaling product, each a module call: on a decode pass of a few token positions that overhead is most of the
+    adapter's cost (the rollouts' 210 layers). Here the adapters' ``A`` and ``s·B`` are stacked once (the weights
+    do not change while the policy samples) and the adapter is added to the packed product with one ``addmm``.
+    The adapter stays in float32, as PEFT computes it: in bf16 the same products went through oneDNN, whose
+    cached kernels for each new row count raised the rollouts' peak RSS by ~130 MiB. A call the packed kernel
+    does not take (more rows, gradients on, outside packed decoding) runs PEFT's own forward.
+    """
+    down = torch.cat([module.lora_A[a].weight for a in adapters]).t().contiguous()
+    up = torch.cat([module.lora_B[a].weight * module.scaling[a] for a in adapters], dim=1).t().contiguous()
+    base = module.base_layer
+    cls_forward = type(module).forward
+
+    def forward(x: Any, *args: Any, **kwargs: Any) -> Any:
+        if not args and not kwargs and x.dtype == down.dtype:
+            flat = x.reshape(-1, x.shape[-1])
+            y = packed_matmul(base, flat.to(torch.bfloat16))
+            if y is not None:
+                y = torch.addmm(y.to(x.dtype), flat @ down, up).reshape(*x.shape[:-1], y.shape[-1])
+                return y if base.bias is None else y + base.bias
+        return cls_forward(module, x, *args, **kwargs)
+
+    return forward
 
 
 def _add_stats(totals: DecodingStats, stats: DecodingStats) -> None:
@@ -296,7 +342,8 @@ def _batched_generate(inner: Any, tokenizer: Any, constraint: Any, input_ids: An
         # The merged weight copies are made before the heap is reused, so they are mmapped and go back to the OS
         # when the policy is restored (made inside, they came from the heap: generation peaked ~200 MiB higher).
         # Packed base layers are the 4-bit weights themselves: merging LoRA into them would undo the packing.
-        with (sampling_policy(inner, merge=not packed) if merged_sampling else nullcontext()), reuse_freed_memory():
+        with (sampling_policy(inner, merge=not packed, fuse_packed=packed) if merged_sampling else nullcontext()), \
+                reuse_freed_memory():
             # on this thread: the one that runs the training step decodes faster than a worker would
             results = [future.result() for future in batcher.run(requests)]
     finally:

@@ -62,6 +62,10 @@ class RaggedStep:
     row_starts: Any  # [rows] row-part columns each row had before this pass
     widest: int  # row-part columns the longest row has after this pass
     most_pending: int  # pending tokens of the row with the most
+    first_tokens: Any = None  # [rows] each row's first pending token (its index among the pass's tokens)
+    later_tokens: Any = None  # [later] the tokens after a row's first (rows with several pending tokens)
+    later_rows: Any = None  # [several] the rows with several pending tokens
+    later_places: Any = None  # [later] each later token's row among ``later_rows``
 
 
 def ragged_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, *,
@@ -90,51 +94,98 @@ def ragged_attention(module: Any, query: Any, key: Any, value: Any, attention_ma
     kv_heads = int(layer.rows_keys.shape[1])
     group = heads // kv_heads
     scale = scaling if scaling is not None else 1.0 / math.sqrt(dim)
-    rows = len(step.batch.lengths)
-    longest = step.most_pending
-    # row part: queries placed per row ([rows, kv heads, group x slots, dim]), masked to what each may see
     flat = query[0].transpose(0, 1)  # [tokens, heads, dim]
-    placed = query.new_zeros((rows, longest, heads, dim))
-    placed[step.token_rows, step.token_slots] = flat
-    placed = placed.view(rows, longest, kv_heads, group, dim).permute(0, 2, 3, 1, 4).reshape(
-        rows, kv_heads, group * longest, dim)
-    own_keys = layer.rows_keys[:rows, :, :step.widest]
-    own_values = layer.rows_values[:rows, :, :step.widest]
-    scores = torch.matmul(placed, own_keys.transpose(2, 3)).mul_(scale)  # [rows, kv heads, group x slots, cols]
-    columns = torch.arange(step.widest, device=query.device)
-    slots = torch.arange(longest, device=query.device)
-    visible = columns[None, None, :] <= (step.row_starts[:, None, None] + slots[None, :, None])  # [rows, slots, cols]
-    scores = scores.view(rows, kv_heads, group, longest, step.widest).masked_fill_(
-        ~visible[:, None, None], float("-inf")).view(rows, kv_heads, group * longest, step.widest)
-    own_max = scores.amax(dim=-1, keepdim=True)
-    weights = scores.sub_(own_max).exp_()
-    own_sum = weights.sum(dim=-1, keepdim=True)
-    own_out = torch.matmul(weights, own_values)  # [rows, kv heads, group x slots, dim], unnormalised
-
-    def per_token(t: Any) -> Any:  # [rows, kv heads, group x slots, k] -> [tokens, kv heads, group, k]
-        t = t.view(rows, kv_heads, group, longest, t.shape[-1]).permute(0, 3, 1, 2, 4)
-        return t[step.token_rows, step.token_slots]
-
-    own_out, own_max, own_sum = per_token(own_out), per_token(own_max), per_token(own_sum)
+    own_out, own_max, own_sum = _own_attention(flat, step, layer, kv_heads, group, scale)
     if layer.prefix_keys is not None:
-        # every token's queries against the one prefix: [kv heads, tokens x group, dim] x [kv heads, dim, P]
-        grouped = query[0].reshape(kv_heads, group, tokens, dim).transpose(1, 2).reshape(kv_heads, tokens * group, dim)
-        shared = torch.matmul(grouped, layer.prefix_keys[0].transpose(1, 2)).mul_(scale)
-        shared_max = shared.amax(dim=-1, keepdim=True)
-        shared_weights = shared.sub_(shared_max).exp_()
-        shared_sum = shared_weights.sum(dim=-1, keepdim=True)
-        shared_out = torch.matmul(shared_weights, layer.prefix_values[0])  # [kv heads, tokens x group, dim]
+        # every token's queries against the one prefix, as [1, kv heads, tokens x group, dim]: no mask, so the
+        # flash kernel, which also returns each query's log-sum-exp (a normalised output with exp-sum 1)
+        grouped = query[0].reshape(kv_heads, group, tokens, dim).transpose(1, 2).reshape(
+            1, kv_heads, tokens * group, dim)
+        shared_out, shared_lse = _prefix_attention(grouped.to(layer.prefix_keys.dtype), layer.prefix_keys,
+                                                   layer.prefix_values, scale)
 
         def tokens_first(t: Any) -> Any:  # [kv heads, tokens x group, k] -> [tokens, kv heads, group, k]
             return t.view(kv_heads, tokens, group, t.shape[-1]).transpose(0, 1)
 
-        shared_out, shared_max, shared_sum = (tokens_first(t) for t in (shared_out, shared_max, shared_sum))
+        shared_out, shared_max = tokens_first(shared_out[0].to(own_out.dtype)), tokens_first(
+            shared_lse[0].unsqueeze(-1).to(own_out.dtype))
         top = torch.maximum(own_max, shared_max)
         own_scale, shared_scale = (own_max - top).exp_(), (shared_max - top).exp_()
-        out = (own_out * own_scale + shared_out * shared_scale) / (own_sum * own_scale + shared_sum * shared_scale)
+        out = (own_out * own_scale + shared_out * shared_scale) / (own_sum * own_scale + shared_scale)
     else:
         out = own_out / own_sum
     return out.reshape(1, tokens, heads, dim).to(query.dtype), None
+
+
+def _own_attention(flat: Any, step: RaggedStep, layer: _Layer, kv_heads: int, group: int,
+                   scale: float) -> tuple[Any, Any, Any]:
+    """Each token's attention to its own row's columns, unnormalised: (output, row maximum, exp-sum), each
+    ``[tokens, kv heads, group, k]``.
+
+    Most rows of a pass have one pending token while a few carry a grammar-forced run; queries padded to the
+    longest run would make every row compute that many positions. So every row's first token is attended in one
+    product against the row part as it is (one query per row), and only the rows with several tokens attend
+    their later tokens, against a copy of their own columns.
+    """
+    rows = len(step.batch.lengths)
+    tokens, heads, dim = flat.shape
+    columns = torch.arange(step.widest, device=flat.device)
+    first = flat[step.first_tokens].view(rows, kv_heads, group, dim)
+    visible = columns[None, :] <= step.row_starts[:, None]  # [rows, cols]
+    first_out = _attend(first, layer.rows_keys[:rows, :, :step.widest], layer.rows_values[:rows, :, :step.widest],
+                        visible[:, None, None], scale)
+    if step.later_tokens is None:
+        return first_out
+    out, top, total = (t.new_empty((tokens, *t.shape[1:])) for t in first_out)
+    for whole, part in zip((out, top, total), first_out, strict=True):
+        whole[step.first_tokens] = part
+    several = int(step.later_rows.shape[0])
+    later_slots = step.token_slots[step.later_tokens]  # 1, 2, ... within each row
+    longest = step.most_pending - 1
+    placed = flat.new_zeros((several, longest, heads, dim))
+    placed[step.later_places, later_slots - 1] = flat[step.later_tokens]
+    placed = placed.view(several, longest, kv_heads, group, dim).permute(0, 2, 3, 1, 4).reshape(
+        several, kv_heads, group * longest, dim)
+    slots = torch.arange(1, longest + 1, device=flat.device)
+    starts = step.row_starts[step.later_rows]
+    seen = columns[None, None, :] <= (starts[:, None, None] + slots[None, :, None])  # [several, slots, cols]
+    later = _attend(placed, layer.rows_keys[step.later_rows, :, :step.widest],
+                    layer.rows_values[step.later_rows, :, :step.widest],
+                    seen[:, None, None].expand(several, 1, group, longest, step.widest).reshape(
+                        several, 1, group * longest, step.widest), scale)
+    for whole, part in zip((out, top, total), later, strict=True):
+        part = part.view(several, kv_heads, group, longest, part.shape[-1]).permute(0, 3, 1, 2, 4)
+        whole[step.later_tokens] = part[step.later_places, later_slots - 1]
+    return out, top, total
+
+
+def _attend(queries: Any, keys: Any, values: Any, visible: Any, scale: float) -> tuple[Any, Any, Any]:
+    """``queries`` ``[n, kv heads, q, dim]`` against ``keys``/``values`` ``[n, kv heads, cols, dim]`` where
+    ``visible`` (broadcast to ``[n, kv heads, q, cols]``): unnormalised output, maximum and exp-sum per query."""
+    scores = torch.matmul(queries, keys.transpose(2, 3)).mul_(scale).masked_fill_(~visible, float("-inf"))
+    top = scores.amax(dim=-1, keepdim=True)
+    weights = scores.sub_(top).exp_()
+    return torch.matmul(weights, values), top, weights.sum(dim=-1, keepdim=True)
+
+
+def _prefix_attention(queries: Any, keys: Any, values: Any, scale: float) -> tuple[Any, Any]:
+    """Unmasked attention of ``queries`` ``[1, kv heads, q, dim]`` to the prefix: the normalised output and each
+    query's log-sum-exp ``[1, kv heads, q]``. On a CPU the flash kernel returns both (exact in float32, ~25 %
+    faster than the products below for 3-64 tokens against a 1,600-column prefix, 30 layers)."""
+    if queries.device.type == "cpu":
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(queries, keys, values, 0.0, False,
+                                                                              scale=scale)[:2]
+        return out, lse
+    return _prefix_attention_by_products(queries, keys, values, scale)
+
+
+def _prefix_attention_by_products(queries: Any, keys: Any, values: Any, scale: float) -> tuple[Any, Any]:
+    """:func:`_prefix_attention` as plain matrix products (any device)."""
+    scores = torch.matmul(queries, keys.transpose(2, 3)).mul_(scale)
+    top = scores.amax(dim=-1, keepdim=True)
+    weights = scores.sub_(top).exp_()
+    total = weights.sum(dim=-1, keepdim=True)
+    return torch.matmul(weights, values) / total, (top + total.log()).squeeze(-1)
 
 
 AttentionInterface.register(ATTENTION_NAME, ragged_attention)
@@ -345,8 +396,18 @@ class RaggedBatch:
         row_starts = torch.tensor(starts, device=device)
         token_columns = row_starts[token_rows] + token_slots
         widest = max(s + n for s, n in zip(starts, counts, strict=True))
+        firsts = [end - n for end, n in zip(_cumulative(counts), counts, strict=True)]
         step = RaggedStep(batch=self, token_rows=token_rows, token_columns=token_columns, token_slots=token_slots,
-                          row_starts=row_starts, widest=widest, most_pending=max(counts))
+                          row_starts=row_starts, widest=widest, most_pending=max(counts),
+                          first_tokens=torch.tensor(firsts, dtype=torch.long, device=device))
+        if step.most_pending > 1:
+            several = [row for row, n in enumerate(counts) if n > 1]
+            place = {row: i for i, row in enumerate(several)}
+            step.later_rows = torch.tensor(several, dtype=torch.long, device=device)
+            step.later_tokens = torch.tensor([firsts[row] + k for row in several for k in range(1, counts[row])],
+                                             dtype=torch.long, device=device)
+            step.later_places = torch.tensor([place[row] for row in several for _ in range(1, counts[row])],
+                                             dtype=torch.long, device=device)
         ids = torch.tensor([t for p in pending for t in p], dtype=torch.long, device=device).unsqueeze(0)
         position_ids = (token_columns + self.prefix).unsqueeze(0)
         like = self.layers[0].rows_keys
