@@ -8,7 +8,11 @@ cases of :mod:`benchmarks.grpo_step` whose "before" no flag selects any more.
 * ``densemask``: the shared-prefix forward's attention under its dense ``[T, T]`` mask (one SDPA call per
   layer over the whole packed sequence) instead of by segment (:mod:`training.segmented_attention`);
 * ``heapreuse``: while decoding, blocks below 32 MiB served from the heap (mmap and trim thresholds both
-  lifted), as ``training.allocator.reuse_freed_memory`` did before it lifted only the trim threshold.
+  lifted), as ``training.allocator.reuse_freed_memory`` did before it lifted only the trim threshold;
+* ``decodepass``: a ragged decode pass as it was before its four changes: every row's queries padded to the
+  row with the most pending tokens for the attention to its own columns, the shared prompt's attention as
+  plain matrix products, PEFT's forward for each LoRA layer over its packed base, and packed layers for at most
+  32 token positions (``mas_orchestra.local.ragged``, ``training.rollouts``, ``mas_orchestra.local.packed_weights``).
 
     python benchmarks/grpo_variant.py concatkv --config recipes/cpu_wiring.yaml --output-dir D --max-steps 2
 """
@@ -64,8 +68,48 @@ def _dense_mask() -> None:
     segmented_attention.use_segmented_attention = never  # type: ignore[assignment]
 
 
+def _decode_pass_before() -> None:
+    import torch
+
+    from mas_orchestra.local import packed_weights, ragged
+    from training import rollouts
+
+    def padded_own_attention(flat: Any, step: Any, layer: Any, kv_heads: int, group: int,
+                             scale: float) -> tuple[Any, Any, Any]:
+        rows, longest = len(step.batch.lengths), step.most_pending
+        heads, dim = flat.shape[1], flat.shape[2]
+        placed = flat.new_zeros((rows, longest, heads, dim))
+        placed[step.token_rows, step.token_slots] = flat
+        placed = placed.view(rows, longest, kv_heads, group, dim).permute(0, 2, 3, 1, 4).reshape(
+            rows, kv_heads, group * longest, dim)
+        columns = torch.arange(step.widest, device=flat.device)
+        slots = torch.arange(longest, device=flat.device)
+        visible = columns[None, None, :] <= (step.row_starts[:, None, None] + slots[None, :, None])
+        visible = visible[:, None, None].expand(rows, 1, group, longest, step.widest).reshape(
+            rows, 1, group * longest, step.widest)
+        out = ragged._attend(placed, layer.rows_keys[:rows, :, :step.widest], layer.rows_values[:rows, :, :step.widest],
+                             visible, scale)
+
+        def per_token(t: Any) -> Any:
+            t = t.view(rows, kv_heads, group, longest, t.shape[-1]).permute(0, 3, 1, 2, 4)
+            return t[step.token_rows, step.token_slots]
+
+        return per_token(out[0]), per_token(out[1]), per_token(out[2])
+
+    original_policy = rollouts.sampling_policy
+
+    def unfused(model: Any, *, merge: bool = True, fuse_packed: bool = False) -> Any:
+        return original_policy(model, merge=merge, fuse_packed=False)
+
+    ragged._own_attention = padded_own_attention  # type: ignore[assignment]
+    ragged._prefix_attention = ragged._prefix_attention_by_products  # type: ignore[assignment]
+    rollouts.sampling_policy = unfused  # type: ignore[assignment]
+    packed_weights.MAX_PACKED_ROWS = 32  # type: ignore[misc]
+
+
 #: Each variant and what undoes its change.
-VARIANTS = {"concatkv": _concatenated_kv, "heapreuse": _heap_reuse, "densemask": _dense_mask}
+VARIANTS = {"concatkv": _concatenated_kv, "heapreuse": _heap_reuse, "densemask": _dense_mask,
+            "decodepass": _decode_pass_before}
 
 
 def main(argv: list[str] | None = None) -> None:
