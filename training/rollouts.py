@@ -286,7 +286,7 @@ def _fused_lora_forward(module: Any, adapters: list[str]) -> Any:
     def forward(x: Any, *args: Any, **kwargs: Any) -> Any:
         if not args and not kwargs and x.dtype == down.dtype:
             flat = x.reshape(-1, x.shape[-1])
-            y = packed_matmul(base, flat.to(torch.bfloat16))
+            y = packed_matmul(base, flat)
             if y is not None:
                 y = torch.addmm(y.to(x.dtype), flat @ down, up).reshape(*x.shape[:-1], y.shape[-1])
                 return y if base.bias is None else y + base.bias

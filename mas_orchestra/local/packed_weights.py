@@ -273,7 +273,7 @@ def packed_matmul(module: Any, flat: Any) -> Any:
 
     Args:
         module: An ``nn.Linear`` (any other module gives None).
-        flat: The input ``[rows, in features]`` in bf16.
+        flat: The input ``[rows, in features]`` (cast to bf16 only when the call runs packed).
 
     Returns:
         ``[rows, out features]`` in bf16, without the layer's bias; or None.
@@ -285,6 +285,7 @@ def packed_matmul(module: Any, flat: Any) -> Any:
         return None
     if not 0 < flat.shape[0] <= MAX_PACKED_ROWS:
         return None
+    flat = flat.to(torch.bfloat16)
     if state.packed is not None:
         return torch.ops.aten._weight_int4pack_mm_for_cpu(flat, state.packed, GROUP_SIZE, state.scales_and_zeros)
     return torch.nn.functional.linear(flat, state.bf16_weight)
@@ -293,11 +294,10 @@ def packed_matmul(module: Any, flat: Any) -> Any:
 def _packed_forward(self: Any, x: Any) -> Any:
     import torch
 
-    if getattr(self, "_mas_packed", None) is not None and _ACTIVE.get():
-        y = packed_matmul(self, x.reshape(-1, x.shape[-1]).to(torch.bfloat16))
-        if y is not None:
-            y = y.to(x.dtype).reshape(*x.shape[:-1], y.shape[-1])
-            return y if self.bias is None else y + self.bias
+    y = packed_matmul(self, x.reshape(-1, x.shape[-1])) if _ACTIVE.get() else None  # training: not even a reshape
+    if y is not None:
+        y = y.to(x.dtype).reshape(*x.shape[:-1], y.shape[-1])
+        return y if self.bias is None else y + self.bias
     return torch.nn.Linear.forward(self, x)
 
 

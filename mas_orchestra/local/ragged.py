@@ -161,8 +161,11 @@ def _own_attention(flat: Any, step: RaggedStep, layer: _Layer, kv_heads: int, gr
 
 def _attend(queries: Any, keys: Any, values: Any, visible: Any, scale: float) -> tuple[Any, Any, Any]:
     """``queries`` ``[n, kv heads, q, dim]`` against ``keys``/``values`` ``[n, kv heads, cols, dim]`` where
-    ``visible`` (broadcast to ``[n, kv heads, q, cols]``): unnormalised output, maximum and exp-sum per query."""
-    scores = torch.matmul(queries, keys.transpose(2, 3)).mul_(scale).masked_fill_(~visible, float("-inf"))
+    ``visible`` (broadcast to ``[n, kv heads, q, cols]``; None: everywhere): unnormalised output, maximum and
+    exp-sum per query."""
+    scores = torch.matmul(queries, keys.transpose(2, 3)).mul_(scale)
+    if visible is not None:
+        scores.masked_fill_(~visible, float("-inf"))
     top = scores.amax(dim=-1, keepdim=True)
     weights = scores.sub_(top).exp_()
     return torch.matmul(weights, values), top, weights.sum(dim=-1, keepdim=True)
@@ -181,11 +184,8 @@ def _prefix_attention(queries: Any, keys: Any, values: Any, scale: float) -> tup
 
 def _prefix_attention_by_products(queries: Any, keys: Any, values: Any, scale: float) -> tuple[Any, Any]:
     """:func:`_prefix_attention` as plain matrix products (any device)."""
-    scores = torch.matmul(queries, keys.transpose(2, 3)).mul_(scale)
-    top = scores.amax(dim=-1, keepdim=True)
-    weights = scores.sub_(top).exp_()
-    total = weights.sum(dim=-1, keepdim=True)
-    return torch.matmul(weights, values) / total, (top + total.log()).squeeze(-1)
+    out, top, total = _attend(queries, keys, values, None, scale)
+    return out / total, (top + total.log()).squeeze(-1)
 
 
 AttentionInterface.register(ATTENTION_NAME, ragged_attention)
