@@ -28,6 +28,10 @@ calculator as sub-agent) for ``--steps`` steps with ``--profile-phases``, one af
 * ``decodepass``: the recipe as it is, but each ragged decode pass as before its four changes (own-column
   attention padded to the longest pending run, the shared prompt's attention as plain products, PEFT's forward
   for each LoRA layer over its packed base, packed layers for at most 32 positions; ``benchmarks/grpo_variant.py``);
+* ``nopromptgrad``: the recipe with its prompts outside the gradient (``--prompt-grad false``: each prompt's
+  key/values taken from the rollouts' prefill);
+* ``promptrun``: the same, but the training forward runs each prompt itself without gradient instead of taking
+  the rollouts' key/values (``benchmarks/grpo_variant.py``);
 * ``after``: the recipe as it is (batched rollouts sampled in eval mode from merged LoRA weights with freed
   heap memory reused while decoding, shared-prefix packed forward of each completion up to its end, no
   dropout, gradient checkpointing, whole group in one micro-batch, heap released, grouped-query attention in
@@ -38,7 +42,7 @@ calculator as sub-agent) for ``--steps`` steps with ``--profile-phases``, one af
 Per case: mean seconds per phase over the steps after the first (the first carries one-off warm-up), the highest
 peak RSS of each phase, the step wall, and ``ratio`` = case / the first case run; the last lines compare
 ``after`` with ``unmerged``, ``float32``, ``unchunked``, ``f32decode``, ``padded``, ``concatkv``, ``heapreuse``,
-``densemask`` and ``decodepass`` phase by phase. ``--recipe`` runs
+``densemask``, ``decodepass``, ``nopromptgrad`` and ``promptrun`` phase by phase. ``--recipe`` runs
 another recipe (e.g. ``recipes/cpu_wiring.yaml``, whose eight ~300-token completions per step make the head's
 memory show).
 
@@ -76,10 +80,12 @@ CASES: dict[str, tuple[list[str], dict[str, str]]] = {
     "heapreuse": ([], {}),
     "densemask": ([], {}),
     "decodepass": ([], {}),
+    "nopromptgrad": (["--prompt-grad", "false"], {}),
+    "promptrun": (["--prompt-grad", "false"], {}),
     "after": ([], {}),
 }
 #: Cases whose "before" is no flag any more: run through benchmarks/grpo_variant.py, which undoes the change.
-VARIANT_CASES = ("concatkv", "heapreuse", "densemask", "decodepass")
+VARIANT_CASES = ("concatkv", "heapreuse", "densemask", "decodepass", "promptrun")
 
 
 def _one(case: str, steps: int, out: Path, recipe: Path = RECIPE) -> dict[str, Any]:
@@ -151,7 +157,7 @@ def main() -> None:
         print(f"{row['case']}/{rows[0]['case']}: step {row['ratio']}, peak RSS {row['peak_rss_ratio']}, "
               + ", ".join(f"{p} {row[f'{p}_ratio']}" for p in PHASES if f"{p}_ratio" in row))
     for other in ("unmerged", "float32", "unchunked", "f32decode", "padded", "concatkv", "heapreuse", "densemask",
-                  "decodepass"):  # the one change each case leaves out, against the recipe as it is
+                  "decodepass", "nopromptgrad", "promptrun"):  # the one change each case leaves out, against the recipe as it is
         if "after" in by_case and other in by_case and rows[0]["case"] != other:
             after = by_case["after"]
             _ratios(after, by_case[other], prefix=f"vs_{other}_")

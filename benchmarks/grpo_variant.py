@@ -12,7 +12,9 @@ cases of :mod:`benchmarks.grpo_step` whose "before" no flag selects any more.
 * ``decodepass``: a ragged decode pass as it was before its four changes: every row's queries padded to the
   row with the most pending tokens for the attention to its own columns, the shared prompt's attention as
   plain matrix products, PEFT's forward for each LoRA layer over its packed base, and packed layers for at most
-  32 token positions (``mas_orchestra.local.ragged``, ``training.rollouts``, ``mas_orchestra.local.packed_weights``).
+  32 token positions (``mas_orchestra.local.ragged``, ``training.rollouts``, ``mas_orchestra.local.packed_weights``);
+* ``promptrun``: with ``prompt_grad: false``, the training forward runs every prompt itself (without gradient)
+  instead of taking the key/values the rollouts' prefill left (:class:`training.shared_prefix.RolloutPrompts`).
 
     python benchmarks/grpo_variant.py concatkv --config recipes/cpu_wiring.yaml --output-dir D --max-steps 2
 """
@@ -107,9 +109,18 @@ def _decode_pass_before() -> None:
     packed_weights.MAX_PACKED_ROWS = 32  # type: ignore[misc]
 
 
+def _prompt_run() -> None:
+    from training import shared_prefix
+
+    def nothing_held(self: Any, tokens: Any, version: Any) -> None:
+        return None
+
+    shared_prefix.RolloutPrompts.take = nothing_held  # type: ignore[assignment,method-assign]
+
+
 #: Each variant and what undoes its change.
 VARIANTS = {"concatkv": _concatenated_kv, "heapreuse": _heap_reuse, "densemask": _dense_mask,
-            "decodepass": _decode_pass_before}
+            "decodepass": _decode_pass_before, "promptrun": _prompt_run}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -428,6 +428,9 @@ def test_config_errors(tmp_path, capsys):
         OrchestraGRPOConfig(logging_steps=0, eval_steps=2.5)
     with pytest.raises(TrainingConfigError, match=r"head_chunk_logits=-1: must be >= 0"):
         OrchestraGRPOConfig(head_chunk_logits=-1)
+    with pytest.raises(TrainingConfigError, match=r"prompt_grad=false: .* set shared_prefix: true"):
+        OrchestraGRPOConfig(prompt_grad=False, shared_prefix=False)
+    assert not parse_config(["--prompt-grad", "false"]).prompt_grad
     with pytest.raises(SystemExit):
         parse_config(["--bf16", "sometimes"])
     assert "expected true, false or auto, got 'sometimes'" in capsys.readouterr().err

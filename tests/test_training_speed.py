@@ -104,6 +104,87 @@ def test_shared_prefix_equals_the_full_forward_in_values_and_gradients(tiny, che
     assert any(g.abs().sum() > 0 for n, g in grads.items() if "k_proj.lora_B" in n)
 
 
+def _detached_prompt_reference(model, ids, mask, keep, temperature):  # type: ignore[no-untyped-def]
+    """Row by row through transformers' own cache: the prompt but its last token without gradient, then its
+    last token and the completion with it (what ``prompt_grad=False`` must compute)."""
+    import copy
+
+    rows = []
+    prompt_width = int(ids.size(1)) - keep
+    for row in range(int(ids.size(0))):
+        kept = mask[row].bool()
+        positions = torch.arange(int(ids.size(1)))[kept]  # the full forward's own positions (pads counted)
+        tokens = ids[row][kept]
+        n_prompt = int(mask[row, :prompt_width].sum())
+        with torch.no_grad():
+            cache = model(input_ids=tokens[None, :n_prompt - 1], position_ids=positions[None, :n_prompt - 1],
+                          use_cache=True).cache
+        out = model(input_ids=tokens[None, n_prompt - 1:], position_ids=positions[None, n_prompt - 1:],
+                    cache=copy.deepcopy(cache), use_cache=True)
+        logps = torch.log_softmax(out.logits[0, :-1].float() / temperature, dim=-1)
+        chosen = logps.gather(-1, tokens[n_prompt:, None]).squeeze(-1)
+        rows.append(torch.cat([chosen, chosen.new_zeros(keep - int(chosen.numel()))]))
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_a_prompt_without_gradient_keeps_the_values_and_drops_only_its_own_terms(tiny, checkpointing) -> None:  # type: ignore[no-untyped-def]
+    from training.segmented_attention import use_segmented_attention
+    from training.shared_prefix import shared_prefix_logps
+
+    ids, mask, keep = _batch(tiny[1])
+    completion_mask = mask[:, -keep:].float()
+    results = {}
+    for arm in ("full", "detached", "reference"):
+        model = _peft(tiny, fused=False)
+        model.train()
+        if checkpointing:
+            model.get_base_model().gradient_checkpointing_enable({"use_reentrant": False})
+        if arm == "reference":
+            model.eval()  # transformers' cache path (no dropout in the adapter either way)
+            logps = _detached_prompt_reference(model, ids, mask, keep, 0.7)
+        else:
+            assert use_segmented_attention(model)
+            logps, _ = shared_prefix_logps(model, ids, mask, keep, temperature=0.7, prompt_grad=arm == "full")
+        (logps * completion_mask).sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+        results[arm] = (logps.detach() * completion_mask, grads)
+    (full, full_grads), (detached, grads), (reference, ref_grads) = results["full"], results["detached"], \
+        results["reference"]
+    torch.testing.assert_close(detached, full, atol=1e-4, rtol=1e-4)  # the same log-probabilities
+    torch.testing.assert_close(detached, reference, atol=1e-4, rtol=1e-4)
+    for name, grad in grads.items():  # the gradient of the forward whose prompt keys and values are constants
+        torch.testing.assert_close(grad, ref_grads[name], atol=1e-4, rtol=1e-3, msg=lambda m, n=name: f"{n}: {m}")
+    # ... which is not the full gradient: the prompt's terms are gone
+    assert any(not torch.allclose(grad, full_grads[name], atol=1e-4, rtol=1e-3) for name, grad in grads.items())
+    assert all(g.abs().sum() > 0 for n, g in grads.items() if "lora_B" in n and "layers.0." in n)
+
+
+def test_a_prompt_without_gradient_changes_nothing_outside_autograd(tiny) -> None:  # type: ignore[no-untyped-def]
+    from training.segmented_attention import use_segmented_attention
+    from training.shared_prefix import shared_prefix_logps
+
+    ids, mask, keep = _batch(tiny[1])
+    model = _peft(tiny, fused=False)
+    assert use_segmented_attention(model)
+    with torch.no_grad():
+        full, _ = shared_prefix_logps(model, ids, mask, keep, temperature=0.7)
+        detached, _ = shared_prefix_logps(model, ids, mask, keep, temperature=0.7, prompt_grad=False)
+    assert torch.equal(full, detached)  # under no_grad the option takes the one-pass path
+
+
+def test_a_prefix_is_recorded_per_layer_and_refuses_a_longer_span() -> None:
+    from training.segmented_attention import PackedSegments
+
+    keys = torch.zeros(1, 2, 5, 4)
+    prefix = {0: [(keys, keys), None]}
+    segments = PackedSegments.build([(0, 1, [(1, 3)]), (4, 2, [(6, 2)])], "cpu", prefix=prefix)
+    assert segments.groups[0].mask.shape == (1, 1, 3, 5 + 1 + 3)  # the prefix, the last prompt token, its own
+    assert segments.groups[1].mask.shape == (1, 1, 2, 2 + 2)
+    with pytest.raises(ValueError, match="group 0: a prompt span of 2 tokens after a recorded prefix"):
+        PackedSegments.build([(0, 2, [(2, 3)])], "cpu", prefix={0: [(keys, keys)]})
+
+
 def test_a_micro_batch_packs_into_one_sequence(tiny) -> None:  # type: ignore[no-untyped-def]
     from training.shared_prefix import completion_lengths, pack_rows
 
@@ -197,6 +278,46 @@ def test_constrained_batched_rollouts_are_valid_orchestrations(tiny) -> None:  #
         text = tokenizer.decode(row, skip_special_tokens=True)
         parse_orchestration(text, dom="low", registry=default_registry)
         assert int(tokenizer.eos_token_id) in row.tolist()  # every row ended on end-of-text, which TRL masks after
+
+
+def test_rollouts_hand_their_prompt_keys_to_a_forward_without_prompt_gradient(tiny) -> None:  # type: ignore[no-untyped-def]
+    from training.rollouts import install_batched_rollouts
+    from training.segmented_attention import use_segmented_attention
+    from training.shared_prefix import RolloutPrompts, shared_prefix_logps
+
+    tokenizer = tiny[1]
+    long = "Plan a system of agents that adds the numbers one, two, three, four, five, six and seven. " * 2
+    ids, mask = _left_padded(tokenizer, [long, long, "Say hello."])
+    model = _peft(tiny, fused=False)
+    model.train()
+    store = RolloutPrompts()
+    install_batched_rollouts(model, tokenizer, prompt_store=store)
+    torch.manual_seed(0)
+    out = model.generate(input_ids=ids, attention_mask=mask,
+                         generation_config=_generation_config(tokenizer, do_sample=True, max_new=6))
+    keep = int(out.shape[1] - ids.shape[1])
+    full_mask = torch.cat([mask, (out[:, ids.shape[1]:] != tokenizer.pad_token_id).long()], dim=1)
+    assert use_segmented_attention(model)
+
+    def scored(prompt_store):  # type: ignore[no-untyped-def]
+        model.zero_grad()
+        logps, _ = shared_prefix_logps(model, out, full_mask, keep, temperature=1.0, prompt_grad=False,
+                                       prompt_store=prompt_store)
+        logps.sum().backward()
+        return logps.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+
+    reused, reused_grads = scored(store)
+    # the long prompt (from position 0) came from the rollouts; the short one is left-padded: run again
+    assert (store.reused, store.computed) == (1, 1)
+    recomputed, grads = scored(None)
+    torch.testing.assert_close(reused, recomputed, atol=1e-4, rtol=1e-4)
+    for name, grad in grads.items():
+        torch.testing.assert_close(reused_grads[name], grad, atol=1e-4, rtol=1e-3,
+                                   msg=lambda m, n=name: f"{n}: {m}")
+    with torch.no_grad():  # an optimizer step changes the adapter in place: what the rollouts left is stale
+        next(p for p in model.parameters() if p.requires_grad).add_(0.5)
+    scored(store)
+    assert (store.reused, store.computed) == (1, 3)
 
 
 def test_unsupported_settings_fall_back_to_generate(tiny, caplog) -> None:  # type: ignore[no-untyped-def]

@@ -224,6 +224,11 @@ class OrchestraGRPOConfig(GRPOConfig):
         "logits (tokens x vocabulary), each recomputed in backward instead of kept, so the vocabulary-sized "
         "log-softmax of the whole batch never sits in memory at once (training/shared_prefix.py); "
         "0 = the whole batch in one piece"))
+    prompt_grad: bool = field(default=True, metadata=_help(
+        "shared-prefix forward with attention by segment: false = run each group's prompt (but its last token) "
+        "once without gradient, so the adapter's gradient keeps only the terms through the completion positions "
+        "(the same log-probabilities; the prompt's part of the forward, its recomputation under checkpointing "
+        "and its backward are saved: training/shared_prefix.py); true = the full gradient"))
     release_memory: bool = field(default=True, metadata=_help(
         "CPU runs on glibc: give freed tensor memory back to the OS (large blocks mmapped, heap trimmed after "
         "every step) so the resident size does not ratchet up across steps (training/allocator.py)"))

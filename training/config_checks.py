@@ -67,6 +67,9 @@ def problems(cfg: Any) -> list[str]:
         found.append("reward_timeout must be > 0")
     if cfg.head_chunk_logits < 0:
         found.append(f"head_chunk_logits={cfg.head_chunk_logits!r}: must be >= 0 (0 = the output head in one piece)")
+    if not cfg.prompt_grad and cfg.shared_prefix is False:
+        found.append("prompt_grad=false: the prompt runs without gradient only in the shared-prefix forward; "
+                     "set shared_prefix: true (or leave it unset on a CPU), or drop prompt_grad")
     if not 0 < cfg.vllm_gpu_memory_utilization <= 1:
         found.append("vllm_gpu_memory_utilization must be in (0, 1]")
     if cfg.vllm_mode == "server" and cfg.use_vllm and not cfg.vllm_server_base_url:

@@ -54,13 +54,19 @@ def install_trainer_hooks(trainer: Any, tokenizer: Any, constraint: Any, cfg: An
         from training.profiling import profile_trainer
 
         trainer.profiler = profile_trainer(trainer)
+    # prompts run without gradient: the rollouts' prefill hands its key/values to the forward that scores them
+    trainer.rollout_prompts = None
+    if cfg.shared_prefix and not cfg.prompt_grad and cfg.batched_rollouts and not cfg.use_vllm:
+        from training.shared_prefix import RolloutPrompts
+
+        trainer.rollout_prompts = RolloutPrompts()
     if cfg.shared_prefix:
         _install_shared_prefix(trainer)
     if cfg.batched_rollouts and not cfg.use_vllm:
         from training.rollouts import install_batched_rollouts
 
         stats = install_batched_rollouts(trainer.model, tokenizer, constraint, merged_sampling=cfg.merged_sampling,
-                                         low_precision=low_precision)
+                                         low_precision=low_precision, prompt_store=trainer.rollout_prompts)
         trainer.decoding_stats = stats if constraint is not None else None
     elif constraint is not None and (not cfg.use_vllm or validation):
         from mas_orchestra.local.decoding import constrain_generate
@@ -79,7 +85,11 @@ def _install_shared_prefix(trainer: Any) -> None:
     original = trainer._get_per_token_logps_and_entropies  # TRL's, bound to this trainer
     warned: set[str] = set()
     if use_segmented_attention(trainer.model):
-        log.info("shared-prefix forward: attention by segment (training/segmented_attention.py)")
+        log.info("shared-prefix forward: attention by segment (training/segmented_attention.py)%s",
+                 "" if trainer.args.prompt_grad else ", prompts without gradient (prompt_grad: false)")
+    elif not trainer.args.prompt_grad:
+        log.warning("prompt_grad: false has no effect: the model does not attend by segment (it needs SDPA and "
+                    "full-attention layers); the prompt keeps its gradient")
 
     def per_token_logps(self: Any, model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: int,
                         batch_size: int | None = None, compute_entropy: bool = False,
@@ -98,7 +108,9 @@ def _install_shared_prefix(trainer: Any) -> None:
             logps, entropies = shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep,
                                                    self.temperature, compute_entropy,
                                                    entropy_grad=getattr(self, "_entropy_bonus_enabled", True),
-                                                   head_chunk_logits=self.args.head_chunk_logits)
+                                                   head_chunk_logits=self.args.head_chunk_logits,
+                                                   prompt_grad=self.args.prompt_grad,
+                                                   prompt_store=getattr(self, "rollout_prompts", None))
         return logps, entropies, None
 
     trainer._get_per_token_logps_and_entropies = types.MethodType(per_token_logps, trainer)

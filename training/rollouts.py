@@ -74,6 +74,7 @@ from mas_orchestra.local.precision import (
 )
 from mas_orchestra.local.prefix_cache import PrefixCache
 from training.allocator import reuse_freed_memory
+from training.shared_prefix import RolloutPrompts, adapter_version
 
 __all__ = ["BATCHABLE_SETTINGS", "install_batched_rollouts", "sampling_policy"]
 
@@ -120,7 +121,8 @@ def _unsupported(config: Any, rest: dict[str, Any]) -> list[str]:
 def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None, *,
                              jump_forward: bool = True, merged_sampling: bool = True,
                              prefill_precision: str | None = None, decode_weights: str | None = None,
-                             batch_layout: str | None = None, low_precision: bool = False) -> DecodingStats:
+                             batch_layout: str | None = None, low_precision: bool = False,
+                             prompt_store: RolloutPrompts | None = None) -> DecodingStats:
     """Make every later ``generate`` of ``model`` (TRL's rollouts, the validation runner's samples) decode
     through the batched decoder.
 
@@ -141,6 +143,8 @@ def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None,
         batch_layout: ``auto`` | ``ragged`` | ``padded``: how the decode batch lays out its rows
             (:mod:`~mas_orchestra.local.ragged`). Default: ``MAS_BATCH_LAYOUT`` (read now), else ``auto``.
         low_precision: The training forward runs under bf16 autocast on a CPU (picks the defaults above).
+        prompt_store: Where every call leaves its prompts' key/values (as prefilled) for a training forward that
+            runs the prompt without gradient (``prompt_grad: false``; :class:`~training.shared_prefix.RolloutPrompts`).
 
     Returns:
         The running :class:`~mas_orchestra.local.decoding.DecodingStats` of all calls (zeros without a
@@ -169,7 +173,7 @@ def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None,
         if not reasons:
             return _batched_generate(inner, tokenizer, constraint, kwargs["input_ids"], kwargs.get("attention_mask"),
                                      config, jump_forward, totals, merged_sampling, prefill_precision,
-                                     decode_weights, batch_layout)
+                                     decode_weights, batch_layout, prompt_store)
         key = "; ".join(reasons)
         if key not in warned:
             warned.add(key)
@@ -303,7 +307,7 @@ def _add_stats(totals: DecodingStats, stats: DecodingStats) -> None:
 def _batched_generate(inner: Any, tokenizer: Any, constraint: Any, input_ids: Any, attention_mask: Any,
                       config: Any, jump_forward: bool, totals: DecodingStats, merged_sampling: bool = True,
                       prefill_precision: str = "float32", decode_weights: str = "float32",
-                      batch_layout: str = "auto") -> Any:
+                      batch_layout: str = "auto", prompt_store: RolloutPrompts | None = None) -> Any:
     device = input_ids.device
     max_new = int(config.max_new_tokens)
     stops = stop_token_ids(getattr(config, "eos_token_id", None), tokenizer)
@@ -314,8 +318,9 @@ def _batched_generate(inner: Any, tokenizer: Any, constraint: Any, input_ids: An
     top_p = float(config.top_p if config.top_p is not None else 1.0) if sampling else 1.0
     # One cache per call: the group's rows share their prompt, and no later call (newer weights) can read it.
     identity = f"rollouts:{id(inner)}:{torch.randint(0, 2**62, (1,)).item()}"
+    prefix_cache = PrefixCache(identity, _CALL_CACHE_BYTES)
     batcher = GenerationBatcher(inner, tokenizer, str(device), end_ids=end_ids, identity=identity,
-                                prefix_cache=PrefixCache(identity, _CALL_CACHE_BYTES),
+                                prefix_cache=prefix_cache,
                                 max_batch=max(1, int(input_ids.shape[0])), layout=batch_layout)
     compiler = grammar_compiler(tokenizer, int(inner.config.vocab_size), stops) if constraint is not None else None
     # settings resolved when the rollouts were installed (argument > environment > the trainer's default)
@@ -326,8 +331,10 @@ def _batched_generate(inner: Any, tokenizer: Any, constraint: Any, input_ids: An
     copies = int(getattr(config, "num_return_sequences", None) or 1)
     if copies > 1:  # as generate does: each prompt's copies next to each other
         input_ids, mask = input_ids.repeat_interleave(copies, dim=0), mask.repeat_interleave(copies, dim=0)
+    prompts: dict[bytes, Any] = {}
     for row in range(int(input_ids.shape[0])):
         prompt = input_ids[row][mask[row].bool()].unsqueeze(0)
+        prompts.setdefault(prompt.cpu().numpy().tobytes(), prompt[0])
         processor = None
         if constraint is not None:
             processor = ConstrainedLogitsProcessor(constraint, tokenizer, compiler, max_new_tokens=max_new)
@@ -346,6 +353,13 @@ def _batched_generate(inner: Any, tokenizer: Any, constraint: Any, input_ids: An
                 reuse_freed_memory():
             # on this thread: the one that runs the training step decodes faster than a worker would
             results = [future.result() for future in batcher.run(requests)]
+        if prompt_store is not None:  # the weights the training forward will see: none changed since the prefill
+            held = []
+            for prompt in prompts.values():
+                hit = prefix_cache.lookup(identity, prompt, max_length=int(prompt.numel()))
+                if hit is not None:
+                    held.append((prompt[:hit.length], hit.layers))
+            prompt_store.offer(adapter_version(inner), held)
     finally:
         batcher.close()
         for processor in processors:

@@ -13,6 +13,12 @@ heads, longest, dim]`` against the prompt's keys followed by their own (a ``[row
 longest]`` mask: the prompt, then causal over the row's own tokens). Gradients flow through the gathers into
 the one packed sequence as before, so the prompt's keys receive every completion's gradient.
 
+A forward with the prompt outside autograd (:func:`training.shared_prefix.shared_prefix_logps` with
+``prompt_grad=False``) runs in two calls. The first, under ``torch.no_grad``, carries segments with a
+``capture`` dictionary: every layer records its prompts' keys and values there. The second packs only each
+prompt's last token and the completions, and carries those records as ``prefix``: each group's prompt keys are
+the recorded ones followed by its last token's own.
+
 It runs as the attention implementation :data:`PACKED_ATTENTION_NAME`, which is SDPA (or a ragged decode pass,
 :mod:`mas_orchestra.local.ragged`) for every call without :class:`PackedSegments`; the training model is switched
 to it once, so a forward and its recomputation in backward always take the same path.
@@ -55,13 +61,36 @@ class PackedSegments:
     used by every layer and by the recomputation in backward)."""
 
     groups: list[_Group]
+    #: filled by a forward: layer index -> per group, that layer's (keys, values) of the group's prompt span
+    capture: dict[int, list[tuple[Any, Any]]] | None = None
+    #: read by a forward: layer index -> per group, keys and values that precede its prompt span (None: none)
+    prefix: dict[int, list[tuple[Any, Any] | None]] | None = None
 
     @classmethod
-    def build(cls, layout: list[tuple[int, int, list[tuple[int, int]]]], device: Any) -> PackedSegments:
+    def build(cls, layout: list[tuple[int, int, list[tuple[int, int]]]], device: Any,
+              prefix: dict[int, list[tuple[Any, Any] | None]] | None = None,
+              capture: dict[int, list[tuple[Any, Any]]] | None = None) -> PackedSegments:
         """From ``(prompt start, prompt length, [(completion start, completion length), ...])`` per group, in
-        packed order (each group's completions follow its prompt)."""
+        packed order (each group's completions follow its prompt).
+
+        Args:
+            layout: The groups, as above.
+            device: Where the index tensors live.
+            prefix: Recorded keys and values that every token of a group also sees, ahead of its prompt span;
+                a group with a prefix must have a one-token prompt span (it sees the whole prefix).
+            capture: A dictionary the forward fills with each layer's prompt keys and values.
+
+        Raises:
+            ValueError: A group with a prefix has a prompt span longer than one token.
+        """
+        first_layer = next(iter(prefix.values())) if prefix else None
         groups = []
-        for prompt_start, prompt_len, completions in layout:
+        for index, (prompt_start, prompt_len, completions) in enumerate(layout):
+            recorded = first_layer[index] if first_layer is not None else None
+            if recorded is not None and prompt_len != 1:
+                raise ValueError(f"group {index}: a prompt span of {prompt_len} tokens after a recorded prefix "
+                                 "(only its last token may follow the prefix)")
+            visible = prompt_len + (int(recorded[0].shape[2]) if recorded is not None else 0)
             starts = torch.tensor([s for s, _ in completions], device=device)
             lengths = torch.tensor([n for _, n in completions], device=device)
             longest = max(1, int(lengths.max())) if len(completions) else 1
@@ -69,9 +98,9 @@ class PackedSegments:
             valid = slots[None, :] < lengths[:, None]
             gather = starts[:, None] + torch.minimum(slots[None, :], (lengths[:, None] - 1).clamp(min=0))
             own = (slots[None, None, :] <= slots[None, :, None]) & valid[:, None, :]  # [rows, query, key]
-            prompt = torch.ones((len(completions), longest, prompt_len), dtype=torch.bool, device=device)
+            prompt = torch.ones((len(completions), longest, visible), dtype=torch.bool, device=device)
             groups.append(_Group(prompt_start, prompt_len, gather, valid, torch.cat([prompt, own], dim=2)[:, None]))
-        return cls(groups)
+        return cls(groups, capture, prefix)
 
 
 def segmented_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, *,
@@ -97,12 +126,23 @@ def segmented_attention(module: Any, query: Any, key: Any, value: Any, attention
                                 **kwargs)
     sdpa = torch.nn.functional.scaled_dot_product_attention
     heads, dim = int(query.shape[1]), int(query.shape[-1])
+    layer = getattr(module, "layer_idx", None)
     pieces = []
-    for group in segments.groups:
+    for index, group in enumerate(segments.groups):
         span = slice(group.prompt_start, group.prompt_start + group.prompt_len)
         prompt_keys, prompt_values = key[:, :, span], value[:, :, span]
-        prompt_out = sdpa(query[:, :, span], prompt_keys, prompt_values, is_causal=True, scale=scaling,
-                          dropout_p=dropout, enable_gqa=True)
+        if segments.capture is not None:
+            segments.capture.setdefault(_layer_index(layer), []).append((prompt_keys.detach(),
+                                                                         prompt_values.detach()))
+        recorded = segments.prefix[_layer_index(layer)][index] if segments.prefix else None
+        if recorded is not None:  # the span is one token: it sees the whole prefix and itself
+            prompt_keys = torch.cat([recorded[0].to(prompt_keys.dtype), prompt_keys], dim=2)
+            prompt_values = torch.cat([recorded[1].to(prompt_values.dtype), prompt_values], dim=2)
+            prompt_out = sdpa(query[:, :, span], prompt_keys, prompt_values, scale=scaling, dropout_p=dropout,
+                              enable_gqa=True)
+        else:
+            prompt_out = sdpa(query[:, :, span], prompt_keys, prompt_values, is_causal=True, scale=scaling,
+                              dropout_p=dropout, enable_gqa=True)
         pieces.append(prompt_out[0].transpose(0, 1))  # [prompt, heads, dim]
         rows = int(group.gather.shape[0])
         if not rows:
@@ -114,6 +154,13 @@ def segmented_attention(module: Any, query: Any, key: Any, value: Any, attention
                    dropout_p=dropout, enable_gqa=True)  # [rows, heads, longest, dim]
         pieces.append(out.transpose(1, 2)[group.valid])  # [real completion tokens, heads, dim], packed order
     return torch.cat(pieces).reshape(1, -1, heads, dim), None
+
+
+def _layer_index(layer: Any) -> int:
+    """The attention module's layer index (recording or reading a prefix needs it)."""
+    if layer is None:
+        raise ValueError("a forward that records or reads prompt keys needs attention modules with a layer_idx")
+    return int(layer)
 
 
 def _per_row(packed: Any, gather: Any) -> Any:

@@ -21,6 +21,13 @@ token (log-softmax, kept for backward; 2,400 tokens × 49,152 = 0.47 GB on the C
 again for each temporary) never exists for the whole batch at once. Rows whose prompts differ (ids or padding) form
 separate groups, packed side by side in the same sequence (a token never sees another group).
 
+With ``prompt_grad=False`` (the config's ``prompt_grad: false``) a group's prompt, but its last token, runs once
+under ``torch.no_grad`` (or its key/values come from the rollouts that just prefilled it with the same weights,
+:class:`RolloutPrompts`), and only the last prompt token and the completions run with gradient. The
+log-probabilities are the same; the gradient loses the terms through the prompt's keys and values (the adapter
+still shapes the prompt's representation, it is only not trained through it), and the prompt's share of the
+forward, of its recomputation under checkpointing and of the backward is not spent.
+
 Imports torch.
 """
 
@@ -35,8 +42,8 @@ import torch.utils.checkpoint
 
 from training.segmented_attention import PACKED_ATTENTION_NAME, SEGMENTS_KWARG, PackedSegments
 
-__all__ = ["HEAD_CHUNK_LOGITS", "MAX_PACKED_TOKENS", "PackedBatch", "completion_lengths", "pack_rows", "prompt_groups",
-           "shared_prefix_logps", "shared_prefix_supported"]
+__all__ = ["HEAD_CHUNK_LOGITS", "MAX_PACKED_TOKENS", "PackedBatch", "RolloutPrompts", "adapter_version",
+           "completion_lengths", "pack_rows", "prompt_groups", "shared_prefix_logps", "shared_prefix_supported"]
 
 #: Longest packed micro-batch under a dense additive attention mask (tokens² entries; 8,192 tokens = 256 MiB in
 #: float32): longer ones fall back to TRL's row-by-row forward unless the model attends by segment
@@ -45,6 +52,70 @@ MAX_PACKED_TOKENS = 8192
 
 #: Logits the output head produces at once (scored tokens per chunk × vocabulary): 2**25 = 128 MiB in float32.
 HEAD_CHUNK_LOGITS = 1 << 25
+
+
+def adapter_version(model: Any) -> frozenset[tuple[int, int]]:
+    """Which trainable tensors ``model`` has and how often each was changed in place (an optimizer step changes
+    every one): equal versions mean the same adapter weights.
+
+    Args:
+        model: The policy model (or the transformers model inside it: the same trainable tensors).
+    """
+    return frozenset((id(p), p._version) for p in model.parameters() if p.requires_grad)
+
+
+class RolloutPrompts:
+    """The prompts' key/values of the latest rollouts, handed to the training forward that scores them.
+
+    With ``prompt_grad: false`` the training forward runs each group's prompt without gradient, the very
+    computation the rollouts' prefill has just done with the same weights. The batched rollouts
+    (:func:`training.rollouts.install_batched_rollouts`) offer each prompt's key/values here with the adapter's
+    :func:`adapter_version`; :func:`shared_prefix_logps` takes them for a group whose prompt starts at position 0
+    while the version is unchanged (no optimizer step in between), and runs the prompt itself otherwise. The
+    values are the rollouts' (prefilled in the training forward's precision, then kept in the model's), so the
+    log-probabilities differ from a recomputed prompt's by rounding only. Each offer replaces the last one.
+    """
+
+    def __init__(self) -> None:
+        self._entries: list[tuple[torch.Tensor, list[tuple[Any, Any]]]] = []
+        self._version: frozenset[tuple[int, int]] | None = None
+        #: prompts whose key/values a forward took from here, and prompts it had to run itself
+        self.reused = 0
+        self.computed = 0
+
+    def offer(self, version: frozenset[tuple[int, int]], prompts: list[tuple[torch.Tensor, list[tuple[Any, Any]]]]
+              ) -> None:
+        """Replace what is held by these prompts' key/values.
+
+        Args:
+            version: The adapter's :func:`adapter_version` when the key/values were computed.
+            prompts: Per prompt, its token ids (1-D) and per layer ``(keys, values)`` (``[1, kv heads, length,
+                dim]``, position 0 first) for at least a prefix of them.
+        """
+        self._version = version
+        self._entries = [(tokens.reshape(-1).cpu(), layers) for tokens, layers in prompts]
+
+    def take(self, tokens: torch.Tensor, version: frozenset[tuple[int, int]]) -> list[tuple[Any, Any]] | None:
+        """Per layer ``(keys, values)`` of exactly ``tokens`` (a prompt from position 0), or None: nothing held
+        for them, or the adapter changed since.
+
+        Args:
+            tokens: The prompt tokens wanted (1-D).
+            version: The adapter's :func:`adapter_version` now.
+        """
+        if version != self._version:
+            return None
+        tokens = tokens.reshape(-1).cpu()
+        n = len(tokens)
+        for held, layers in self._entries:
+            if len(held) >= n and bool((held[:n] == tokens).all()) and all(int(k.shape[2]) >= n for k, _ in layers):
+                return [(k[:, :, :n], v[:, :, :n]) for k, v in layers]
+        return None
+
+    def clear(self) -> None:
+        """Drop what is held (after the forward that needed it, so it does not outlive its step)."""
+        self._entries = []
+        self._version = None
 
 
 def prompt_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int) -> list[list[int]]:
@@ -233,9 +304,73 @@ def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_k
     return PackedBatch(ids, mask[None, None], position_ids, torch.cat(predictors), torch.cat(slots), segments)
 
 
+def _prompts_without_grad(model: Any, packed: PackedBatch, placeholder_mask: torch.Tensor,
+                          store: RolloutPrompts | None = None
+                          ) -> tuple[PackedBatch, dict[int, list[tuple[Any, Any] | None]]]:
+    """Run every group's prompt but its last token once, without gradient, recording each layer's keys and
+    values (or take them from ``store``); return the batch without those tokens and the records, per layer and
+    group, for the forward of the rest (:class:`PackedSegments` ``prefix``).
+
+    The last prompt token stays in the packed batch: its logits predict every completion's first token, so
+    that token's log-probability keeps its gradient through the layers at that position.
+    """
+    if any(n_prompt < 1 for _, n_prompt, _ in packed.segments):
+        return packed, {}  # an empty prompt has nothing to run ahead
+    device = packed.ids.device
+    total = int(packed.ids.size(1))
+    keep = torch.ones(total, dtype=torch.bool, device=device)
+    prefix_layout: list[tuple[int, int, list[tuple[int, int]]]] = []
+    prefix_pieces: list[torch.Tensor] = []
+    with_prefix: list[int] = []
+    taken: dict[int, list[tuple[Any, Any]]] = {}
+    version = adapter_version(model) if store is not None else None
+    offset = 0
+    for index, (start, n_prompt, _) in enumerate(packed.segments):
+        if n_prompt > 1:
+            keep[start:start + n_prompt - 1] = False
+            if store is not None and version is not None:
+                layers = None  # the rollouts prefilled from position 0: a left-padded prompt sits elsewhere
+                if int(packed.positions[0, start]) == 0:
+                    layers = store.take(packed.ids[0, start:start + n_prompt - 1], version)
+                if layers is not None:
+                    taken[index] = layers
+                    store.reused += 1
+                    continue
+                store.computed += 1
+            prefix_pieces.append(torch.arange(start, start + n_prompt - 1, device=device))
+            prefix_layout.append((offset, n_prompt - 1, []))
+            with_prefix.append(index)
+            offset += n_prompt - 1
+    prefix: dict[int, list[tuple[Any, Any] | None]] = {}
+    capture: dict[int, list[tuple[Any, Any]]] = {}
+    if prefix_pieces:
+        positions = torch.cat(prefix_pieces)
+        with torch.no_grad():
+            model(input_ids=packed.ids[:, positions], position_ids=packed.positions[:, positions],
+                  attention_mask=placeholder_mask, logits_to_keep=1, use_cache=False,
+                  **{SEGMENTS_KWARG: PackedSegments.build(prefix_layout, device, capture=capture)})
+    layer_count = len(capture) if capture else len(next(iter(taken.values()), []))
+    for layer in range(layer_count):
+        per_group: list[tuple[Any, Any] | None] = [None] * len(packed.segments)
+        for index, record in zip(with_prefix, capture.get(layer, []), strict=True):
+            per_group[index] = record
+        for index, layers in taken.items():
+            per_group[index] = layers[layer]
+        prefix[layer] = per_group
+    new_index = torch.cumsum(keep, 0) - 1
+    segments = []
+    for start, n_prompt, completions in packed.segments:
+        kept_start = int(new_index[start + n_prompt - 1])
+        segments.append((kept_start, 1, [(int(new_index[s]), n) for s, n in completions]))
+    rest = PackedBatch(packed.ids[:, keep], None, packed.positions[:, keep], new_index[packed.predictors],
+                       packed.slots, segments)
+    return rest, prefix
+
+
 def shared_prefix_logps(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
                         temperature: float, compute_entropy: bool = False, entropy_grad: bool = True,
-                        head_chunk_logits: int = HEAD_CHUNK_LOGITS) -> tuple[torch.Tensor, torch.Tensor | None]:
+                        head_chunk_logits: int = HEAD_CHUNK_LOGITS, prompt_grad: bool = True,
+                        prompt_store: RolloutPrompts | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probabilities (and entropies) of the last ``logits_to_keep`` tokens of every row.
 
     Args:
@@ -249,6 +384,12 @@ def shared_prefix_logps(model: Any, input_ids: torch.Tensor, attention_mask: tor
             bonus).
         head_chunk_logits: Most logits the output head produces at once (0: the whole batch in one piece, as
             before chunking; models whose head does more than a linear layer always run that way).
+        prompt_grad: False runs each group's prompt (but its last token) once without gradient and only the
+            completions with it (where the model attends by segment and gradients are on): the same
+            log-probabilities, a gradient without the terms that pass through the prompt's keys and values,
+            and the prompt's part of the forward, its recomputation and its backward saved.
+        prompt_store: With ``prompt_grad=False``, where the rollouts left their prompts' key/values
+            (:class:`RolloutPrompts`): a prompt found there (same tokens, same adapter weights) is not run again.
 
     Returns:
         ``[rows, logits_to_keep]`` tensors (entropies ``None`` unless asked for), like TRL's
@@ -265,7 +406,12 @@ def shared_prefix_logps(model: Any, input_ids: torch.Tensor, attention_mask: tor
                               "use_cache": False}
     if segmented:  # a 4-D placeholder: transformers builds no mask, the attention reads the segments
         inputs["attention_mask"] = torch.ones((1, 1, 1, 1), dtype=torch.bool, device=input_ids.device)
-        inputs[SEGMENTS_KWARG] = PackedSegments.build(packed.segments, input_ids.device)
+        if not prompt_grad and torch.is_grad_enabled():
+            packed, prefix = _prompts_without_grad(model, packed, inputs["attention_mask"], prompt_store)
+            inputs.update(input_ids=packed.ids, position_ids=packed.positions, logits_to_keep=packed.predictors)
+            inputs[SEGMENTS_KWARG] = PackedSegments.build(packed.segments, input_ids.device, prefix=prefix)
+        else:
+            inputs[SEGMENTS_KWARG] = PackedSegments.build(packed.segments, input_ids.device)
     if head_chunk_logits and _plain_head(inner):
         with _head_returns_hidden(head) as head_forward:
             out = model(**inputs)

@@ -73,6 +73,9 @@ class OrchestraGRPOTrainer(GRPOTrainer):
     """
 
     decoding_stats: Any = None
+    #: A :class:`training.shared_prefix.RolloutPrompts` (``prompt_grad: false`` with batched rollouts): its
+    #: counts join the logs as ``shared_prefix/prompts_reused`` and ``shared_prefix/prompts_computed``.
+    rollout_prompts: Any = None
     #: Where every rollout (step, question, completion, status, reward, error) is appended as one JSON line;
     #: None = not kept. After a resume the steps past the checkpoint appear again: readers keep the last.
     rollout_log: Path | None = None
@@ -149,6 +152,10 @@ class OrchestraGRPOTrainer(GRPOTrainer):
             logs["constrained/closings"] = float(stats.closings)
             logs["constrained/forced_tokens"] = float(stats.forced_tokens)
             logs["constrained/mask_seconds"] = float(stats.mask_seconds)
+        prompts = self.rollout_prompts
+        if prompts is not None and self._training:  # running totals, as the constrained/* counts
+            logs["shared_prefix/prompts_reused"] = float(prompts.reused)
+            logs["shared_prefix/prompts_computed"] = float(prompts.computed)
         if self.profiler is not None and self._training:
             logs.update(self.profiler.pop_metrics())
         super().log(logs, start_time)
