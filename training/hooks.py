@@ -110,7 +110,7 @@ def _install_shared_prefix(trainer: Any) -> None:
                                                    entropy_grad=getattr(self, "_entropy_bonus_enabled", True),
                                                    head_chunk_logits=self.args.head_chunk_logits,
                                                    prompt_grad=self.args.prompt_grad,
-                                                   prompt_store=getattr(self, "rollout_prompts", None))
+                                                   prompt_store=self.rollout_prompts)
         return logps, entropies, None
 
     trainer._get_per_token_logps_and_entropies = types.MethodType(per_token_logps, trainer)

@@ -334,7 +334,8 @@ def _batched_generate(inner: Any, tokenizer: Any, constraint: Any, input_ids: An
     prompts: dict[bytes, Any] = {}
     for row in range(int(input_ids.shape[0])):
         prompt = input_ids[row][mask[row].bool()].unsqueeze(0)
-        prompts.setdefault(prompt.cpu().numpy().tobytes(), prompt[0])
+        if prompt_store is not None:  # each distinct prompt once, to hand its key/values over afterwards
+            prompts.setdefault(prompt.cpu().numpy().tobytes(), prompt[0])
         processor = None
         if constraint is not None:
             processor = ConstrainedLogitsProcessor(constraint, tokenizer, compiler, max_new_tokens=max_new)

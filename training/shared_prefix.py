@@ -112,11 +112,6 @@ class RolloutPrompts:
                 return [(k[:, :, :n], v[:, :, :n]) for k, v in layers]
         return None
 
-    def clear(self) -> None:
-        """Drop what is held (after the forward that needed it, so it does not outlive its step)."""
-        self._entries = []
-        self._version = None
-
 
 def prompt_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int) -> list[list[int]]:
     """Row indices grouped by identical prompt (ids and mask of the first ``len - logits_to_keep`` columns).
