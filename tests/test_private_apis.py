@@ -40,6 +40,14 @@ def test_trl_grpo_trainer_private_methods() -> None:
     source = inspect.getsource(GRPOTrainer)
     # read by the shared-prefix forward: whether the entropy is a loss term (else a metric, outside autograd)
     assert "self._entropy_bonus_enabled" in source
+    # forced_token_loss: false wraps _generate_and_score_completions and hands TRL's loss a tool_mask, recounting
+    # the normaliser, and logs through _metrics
+    assert _parameters(GRPOTrainer._generate_and_score_completions)[:2] == ["self", "inputs"]
+    scoring = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    assert '"num_items_in_batch": num_items_in_batch' in scoring and 'output["tool_mask"]' in scoring
+    loss = inspect.getsource(GRPOTrainer._compute_loss)
+    assert 'completion_mask * inputs["tool_mask"]' in loss and 'inputs["num_items_in_batch"]' in loss
+    assert 'self._metrics = {"train": defaultdict(list)' in source
     # the rollouts replace the transformers model's generate, which TRL calls with keyword inputs
     generation = inspect.getsource(GRPOTrainer._generate_single_turn)
     assert "unwrapped_model.generate(" in generation and "**generate_inputs" in generation

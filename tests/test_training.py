@@ -719,6 +719,86 @@ def test_constrained_rollouts_are_all_valid_specs(tmp_path):
     assert summary["steps"][0]["valid_spec_rate"] == 0.0
 
 
+@needs_train
+def test_forced_tokens_can_be_left_out_of_the_loss(tmp_path):
+    """forced_token_loss: false — the step's loss covers only the tokens the policy chose: the log says what
+    share of the completion tokens the grammar forced (most of an orchestration's markup)."""
+    model = _tiny_model(tmp_path / "tiny")
+    from training.grpo import main
+
+    main(["--model", str(model), "--subagent", "scripted:4", "--dataset", "masbench:depth:2:n=2", "--dom", "high",
+          "--max-steps", "1", "--num-generations", "4", "--per-device-train-batch-size", "4",
+          "--gradient-accumulation-steps", "1", "--max-completion-length", "96", "--forced-token-loss", "false",
+          "--output-dir", str(tmp_path / "run")])
+    history = json.loads((tmp_path / "run" / "trainer_state.json").read_text())["log_history"]
+    entry = next(e for e in history if "completions/forced_share" in e)
+    assert 0.2 < entry["completions/forced_share"] < 1.0
+
+
+@needs_train
+def test_a_micro_batch_of_zero_advantages_skips_the_model_and_steps_on_zero_gradients():
+    import types
+    from collections import defaultdict
+
+    import torch
+
+    from training.hooks import _install_zero_advantage_skip, zero_advantage_skippable
+
+    model = torch.nn.Linear(3, 2)
+    model.bias.requires_grad_(False)
+    ran = []
+    trainer = types.SimpleNamespace(
+        model=model, beta=0.0, _entropy_bonus_enabled=False, aux_loss_enabled=False,
+        accelerator=types.SimpleNamespace(num_processes=1), _metrics={"train": defaultdict(list)},
+        compute_loss=lambda m, inputs, **kw: ran.append(inputs) or m.weight.sum())
+    _install_zero_advantage_skip(trainer)
+    loss = trainer.compute_loss(model, {"advantages": torch.zeros(4)}, num_items_in_batch=3)
+    loss.backward()
+    assert not ran and float(loss) == 0.0
+    # a zero gradient, not none: Adam then decays its moments and steps as after the real backward
+    assert model.weight.grad is not None and not bool(model.weight.grad.any()) and model.bias.grad is None
+    trainer.compute_loss(model, {"advantages": torch.tensor([0.0, 1.0])})
+    assert len(ran) == 1 and trainer._metrics["train"]["zero_advantage_skipped"] == [1.0, 0.0]
+    zero = {"advantages": torch.zeros(2)}
+    for change in ({"beta": 0.1}, {"_entropy_bonus_enabled": True}, {"aux_loss_enabled": True},
+                   {"accelerator": types.SimpleNamespace(num_processes=2)}):
+        assert not zero_advantage_skippable(types.SimpleNamespace(**{**vars(trainer), **change}), zero), change
+    assert zero_advantage_skippable(trainer, zero)
+
+
+@needs_train
+def test_skipping_zero_advantage_steps_trains_the_same_adapter(tmp_path):
+    """Every rollout of this run scores 0 (the scripted sub-agent's 4 is wrong; beta 0): with the skip the model never
+    runs a training forward, and the adapter ends exactly where the full forward and backward leave it."""
+    import torch
+    from safetensors.torch import load_file
+
+    model = _tiny_model(tmp_path / "tiny")
+    from training.grpo import main
+
+    common = ["--model", str(model), "--subagent", "scripted:4", "--dataset", "masbench:depth:2:n=2", "--dom", "high",
+              "--max-steps", "2", "--num-generations", "2", "--per-device-train-batch-size", "2",
+              "--gradient-accumulation-steps", "1", "--max-completion-length", "64", "--learning-rate", "1e-2",
+              "--execution-success-weight", "0", "--partial-credit-weight", "0", "--beta", "0"]
+    for arm in ("true", "false"):
+        main([*common, "--skip-zero-advantage", arm, "--output-dir", str(tmp_path / arm)])
+    skipped = [e.get("zero_advantage_skipped") for e in json.loads(
+        (tmp_path / "true" / "trainer_state.json").read_text())["log_history"] if "reward" in e]
+    ran = [e.get("zero_advantage_skipped") for e in json.loads(
+        (tmp_path / "false" / "trainer_state.json").read_text())["log_history"] if "reward" in e]
+    assert skipped == [1.0, 1.0] and ran == [None, None]
+    on, off = (load_file(str(tmp_path / arm / "adapter_model.safetensors")) for arm in ("true", "false"))
+    assert on.keys() == off.keys() and all(torch.equal(on[k], off[k]) for k in on)
+
+
+def test_forced_token_loss_needs_the_batched_decoder_under_the_grammar():
+    for bad in ({"constrained": False}, {"batched_rollouts": False}):
+        with pytest.raises(TrainingConfigError, match=r"forced_token_loss=false: .*constrained: true with batched"):
+            OrchestraGRPOConfig(forced_token_loss=False, **bad)
+    assert not parse_config(["--forced-token-loss", "false"]).forced_token_loss
+    assert OrchestraGRPOConfig().forced_token_loss
+
+
 def test_config_agents_lists_offered_kinds_and_rejects_unknown():
     from training.config import OrchestraGRPOConfig
 

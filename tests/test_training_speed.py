@@ -280,6 +280,49 @@ def test_constrained_batched_rollouts_are_valid_orchestrations(tiny) -> None:  #
         assert int(tokenizer.eos_token_id) in row.tolist()  # every row ended on end-of-text, which TRL masks after
 
 
+def test_rollouts_record_which_tokens_the_grammar_forced(tiny) -> None:  # type: ignore[no-untyped-def]
+    """Forced tokens are found two ways: appended by a jump forward, or alone in the mask of a plain decode step.
+    The same seeded rollouts with and without jump-forward must flag the very same tokens, and only markup."""
+    from mas_orchestra.models.constraints import OrchestrationConstraint
+    from mas_orchestra.registry import default_registry
+    from training.rollouts import ForcedTokens, install_batched_rollouts
+
+    tokenizer = tiny[1]
+    constraint = OrchestrationConstraint(dom="low", registry=default_registry)
+    ids, mask = _left_padded(tokenizer, ["Plan a system for: what is 3 times 4?"] * 3)
+    recorded = {}
+    for jump in (True, False):
+        model = _peft(tiny, fused=False)
+        forced = ForcedTokens()
+        install_batched_rollouts(model, tokenizer, constraint, jump_forward=jump, forced_tokens=forced)
+        torch.manual_seed(1)
+        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=_generation_config(
+            tokenizer, do_sample=True, max_new=160))
+        rows = forced.take()
+        assert rows is not None and len(rows) == 3 and forced.take() is None  # taken once
+        for (tokens, flags), completion in zip(rows, out[:, ids.shape[1]:], strict=True):
+            assert len(flags) == len(tokens) and completion[: len(tokens)].tolist() == tokens
+            assert any(flags) and not all(flags)  # markup forced, the plan's own words chosen
+        recorded[jump] = rows
+    assert recorded[True] == recorded[False]
+    for tokens, flags in recorded[True]:
+        forced_text = tokenizer.decode([t for t, f in zip(tokens, flags, strict=True) if f])
+        assert "<agent_name>" in forced_text.replace(" ", "") or "agent_name" in forced_text
+        assert flags[-1]  # the end of text after the closing tag is the grammar's only choice
+
+
+def test_forced_token_keep_mask_drops_forced_tokens_and_refuses_rows_it_does_not_know() -> None:
+    from training.hooks import forced_token_keep_mask
+
+    completions = torch.tensor([[5, 6, 7, 0], [8, 9, 0, 0]])
+    keep = forced_token_keep_mask(completions, [([5, 6, 7], [True, False, True]), ([8, 9], [False, True])])
+    assert keep.tolist() == [[0, 1, 0, 1], [1, 0, 1, 1]]  # padding stays 1: TRL's completion mask drops it
+    assert "fell back" in forced_token_keep_mask(completions, None)
+    assert "2 completions" in forced_token_keep_mask(completions, [([5], [True])])
+    assert "completion 1 is not" in forced_token_keep_mask(
+        completions, [([5, 6, 7], [True, False, True]), ([8, 4], [False, True])])
+
+
 def test_rollouts_hand_their_prompt_keys_to_a_forward_without_prompt_gradient(tiny) -> None:  # type: ignore[no-untyped-def]
     from training.rollouts import install_batched_rollouts
     from training.segmented_attention import use_segmented_attention

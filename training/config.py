@@ -229,6 +229,16 @@ class OrchestraGRPOConfig(GRPOConfig):
         "once without gradient, so the adapter's gradient keeps only the terms through the completion positions "
         "(the same log-probabilities; the prompt's part of the forward, its recomputation under checkpointing "
         "and its backward are saved: training/shared_prefix.py); true = the full gradient"))
+    forced_token_loss: bool = field(default=True, metadata=_help(
+        "constrained rollouts: false = leave the tokens the grammar forced (the only token its mask allowed, and "
+        "every jump-forward token) out of the loss: under the grammar they had no alternative, so they carry no "
+        "choice to reinforce; the loss (and DAPO's token count) then covers only the tokens the policy chose. "
+        "Needs batched rollouts (training/rollouts.py); true = every completion token, as TRL does"))
+    skip_zero_advantage: bool = field(default=True, metadata=_help(
+        "skip the forward and backward of a micro-batch whose every advantage is 0 (a group of equal rewards: all "
+        "wrong, or all right): with beta 0 and no entropy bonus its loss and gradient are exactly 0, so the "
+        "parameters get zero gradients instead and the optimizer steps as it would (one process only; "
+        "training/hooks.py); false = run it anyway"))
     release_memory: bool = field(default=True, metadata=_help(
         "CPU runs on glibc: give freed tensor memory back to the OS (large blocks mmapped, heap trimmed after "
         "every step) so the resident size does not ratchet up across steps (training/allocator.py)"))

@@ -70,6 +70,10 @@ def problems(cfg: Any) -> list[str]:
     if not cfg.prompt_grad and cfg.shared_prefix is False:
         found.append("prompt_grad=false: the prompt runs without gradient only in the shared-prefix forward; "
                      "set shared_prefix: true (or leave it unset on a CPU), or drop prompt_grad")
+    if not cfg.forced_token_loss and (cfg.use_vllm or cfg.batched_rollouts is False or not cfg.constrained):
+        found.append("forced_token_loss=false: the forced tokens are known only to the batched decoder under the "
+                     "grammar; use constrained: true with batched rollouts (batched_rollouts unset on a CPU, or "
+                     "true; not vLLM), or drop forced_token_loss")
     if not 0 < cfg.vllm_gpu_memory_utilization <= 1:
         found.append("vllm_gpu_memory_utilization must be in (0, 1]")
     if cfg.vllm_mode == "server" and cfg.use_vllm and not cfg.vllm_server_base_url:

@@ -9,6 +9,12 @@ decided its ``auto`` options from the hardware: on a CPU):
 * **batched rollouts**: the policy's ``generate`` (reached by TRL's private ``_generate_single_turn``) decodes
   through the local engine's batcher (:mod:`training.rollouts`), or, without them, under the grammar through
   ``model.generate`` (:func:`mas_orchestra.local.decoding.constrain_generate`);
+* **forced tokens out of the loss** (``forced_token_loss: false``): TRL's private ``_generate_and_score_completions``
+  returns, as its ``tool_mask`` (which TRL's loss multiplies in), a mask that drops the completion tokens the
+  grammar forced, and recounts ``num_items_in_batch`` (:func:`forced_token_keep_mask`);
+* **zero-advantage micro-batches skipped** (``skip_zero_advantage``): TRL's ``compute_loss`` returns a zero that
+  reaches every trainable parameter, without the model's forward, where the loss is exactly 0
+  (:func:`zero_advantage_skippable`);
 * **checkpointing every n-th layer**: the model's private ``_set_gradient_checkpointing`` keeps ``every_n_layers``;
 * **phase profiling**: TRL's private ``_generate_single_turn`` and ``_calculate_rewards``, ``compute_loss``, the
   accelerator's ``backward`` and the optimizer's ``step`` are timed (:mod:`training.profiling`);
@@ -25,7 +31,8 @@ import logging
 import types
 from typing import Any
 
-__all__ = ["checkpoint_every_n_layers", "install_trainer_hooks", "shared_prefix_refusal"]
+__all__ = ["checkpoint_every_n_layers", "forced_token_keep_mask", "install_trainer_hooks", "shared_prefix_refusal",
+           "zero_advantage_skippable"]
 
 log = logging.getLogger("training.trainer")
 
@@ -50,6 +57,8 @@ def install_trainer_hooks(trainer: Any, tokenizer: Any, constraint: Any, cfg: An
         prefer_grouped_query_attention("cpu")  # the packed training forward has a mask too
     if cfg.checkpoint_every_n_layers > 1:
         checkpoint_every_n_layers(trainer.model, cfg.checkpoint_every_n_layers)
+    if cfg.skip_zero_advantage:
+        _install_zero_advantage_skip(trainer)  # before the profiler, which then times the skipped call too
     if cfg.profile_phases:
         from training.profiling import profile_trainer
 
@@ -62,11 +71,16 @@ def install_trainer_hooks(trainer: Any, tokenizer: Any, constraint: Any, cfg: An
         trainer.rollout_prompts = RolloutPrompts()
     if cfg.shared_prefix:
         _install_shared_prefix(trainer)
+    forced_tokens = None
     if cfg.batched_rollouts and not cfg.use_vllm:
-        from training.rollouts import install_batched_rollouts
+        from training.rollouts import ForcedTokens, install_batched_rollouts
 
+        if not cfg.forced_token_loss and constraint is not None:
+            forced_tokens = ForcedTokens()
+            _install_forced_token_mask(trainer, forced_tokens)
         stats = install_batched_rollouts(trainer.model, tokenizer, constraint, merged_sampling=cfg.merged_sampling,
-                                         low_precision=low_precision, prompt_store=trainer.rollout_prompts)
+                                         low_precision=low_precision, prompt_store=trainer.rollout_prompts,
+                                         forced_tokens=forced_tokens)
         trainer.decoding_stats = stats if constraint is not None else None
     elif constraint is not None and (not cfg.use_vllm or validation):
         from mas_orchestra.local.decoding import constrain_generate
@@ -75,6 +89,98 @@ def install_trainer_hooks(trainer: Any, tokenizer: Any, constraint: Any, cfg: An
         stats = constrain_generate(trainer.model, tokenizer, constraint)
         if not cfg.use_vllm:
             trainer.decoding_stats = stats
+
+
+def forced_token_keep_mask(completion_ids: Any, rows: list[tuple[list[int], list[bool]]] | None) -> Any | str:
+    """A ``[rows, tokens]`` int mask of ``completion_ids``: 0 where the grammar forced the token, 1 elsewhere.
+
+    Args:
+        completion_ids: TRL's right-padded completion ids of one generation batch (rows in ``generate``'s order).
+        rows: What :class:`~training.rollouts.ForcedTokens` recorded for that ``generate`` call.
+
+    Returns:
+        The mask, or why it cannot be built (nothing recorded; the rows differ from what was decoded), so that
+        the caller keeps every token.
+    """
+    import torch
+
+    if rows is None:
+        return "the rollouts did not record which tokens were forced (a call fell back to model.generate)"
+    if len(rows) != int(completion_ids.size(0)):
+        return f"{len(rows)} decoded rows for {int(completion_ids.size(0))} completions"
+    keep = torch.ones_like(completion_ids, dtype=torch.long)
+    width = int(completion_ids.size(1))
+    for i, (tokens, flags) in enumerate(rows):
+        n = min(len(tokens), width)
+        if completion_ids[i, :n].tolist() != tokens[:n]:
+            return f"completion {i} is not the row the decoder returned"
+        keep[i, :n] = torch.tensor([0 if forced else 1 for forced in flags[:n]], dtype=torch.long)
+    return keep
+
+
+def _install_forced_token_mask(trainer: Any, recorder: Any) -> None:
+    """Wrap the trainer's ``_generate_and_score_completions`` so the loss leaves out the tokens the grammar forced
+    (``forced_token_loss: false``); the share left out is logged as ``completions/forced_share``."""
+    original = trainer._generate_and_score_completions
+    warned: set[str] = set()
+
+    def generate_and_score(self: Any, inputs: Any) -> Any:
+        output = original(inputs)
+        keep = forced_token_keep_mask(output["completion_ids"], recorder.take())
+        if isinstance(keep, str):
+            if keep not in warned:
+                warned.add(keep)
+                log.warning("forced_token_loss: false not applied to this batch: %s; every token counts", keep)
+            return output
+        tool_mask = output.get("tool_mask")
+        output["tool_mask"] = keep if tool_mask is None else tool_mask * keep
+        loss_mask = output["completion_mask"] * output["tool_mask"]
+        output["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+        tokens = int(output["completion_mask"].sum())
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode]["completions/forced_share"].append(1.0 - int(loss_mask.sum()) / max(1, tokens))
+        return output
+
+    trainer._generate_and_score_completions = types.MethodType(generate_and_score, trainer)
+
+
+def zero_advantage_skippable(trainer: Any, inputs: Any) -> bool:
+    """Whether ``inputs``' loss, and so its gradient, is exactly 0 without running the model.
+
+    True when every advantage of the micro-batch is 0 and nothing else enters TRL's loss: no KL term (``beta``
+    0), no entropy bonus, no auxiliary loss; and training runs in one process (with several, each rank's backward
+    must match the others' collective calls, so nothing is skipped).
+
+    Args:
+        trainer: The GRPO trainer.
+        inputs: One micro-batch as ``compute_loss`` receives it.
+    """
+    import torch
+
+    advantages = inputs.get("advantages") if isinstance(inputs, dict) else None
+    if not isinstance(advantages, torch.Tensor) or advantages.numel() == 0 or bool(advantages.any()):
+        return False
+    return (float(getattr(trainer, "beta", 0.0)) == 0.0 and not getattr(trainer, "_entropy_bonus_enabled", True)
+            and not getattr(trainer, "aux_loss_enabled", False) and trainer.accelerator.num_processes == 1)
+
+
+def _install_zero_advantage_skip(trainer: Any) -> None:
+    """Wrap the trainer's ``compute_loss``: a micro-batch :func:`zero_advantage_skippable` says has a zero loss
+    returns ``0 x (sum of the trainable parameters)``, whose backward gives every trainable parameter a zero
+    gradient, so the optimizer (Adam's moments, weight decay, the scheduler) steps exactly as after the full
+    forward and backward. Each micro-batch logs ``zero_advantage_skipped`` (1 skipped, 0 run)."""
+    original = trainer.compute_loss
+
+    def compute_loss(self: Any, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        if not self.model.training or not zero_advantage_skippable(self, inputs):
+            if self.model.training:
+                self._metrics["train"]["zero_advantage_skipped"].append(0.0)
+            return original(model, inputs, *args, **kwargs)
+        self._metrics["train"]["zero_advantage_skipped"].append(1.0)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        return sum((p.sum() for p in trainable), start=trainable[0].new_zeros(())) * 0.0
+
+    trainer.compute_loss = types.MethodType(compute_loss, trainer)
 
 
 def _install_shared_prefix(trainer: Any) -> None:

@@ -76,7 +76,7 @@ from mas_orchestra.local.prefix_cache import PrefixCache
 from training.allocator import reuse_freed_memory
 from training.shared_prefix import RolloutPrompts, adapter_version
 
-__all__ = ["BATCHABLE_SETTINGS", "install_batched_rollouts", "sampling_policy"]
+__all__ = ["BATCHABLE_SETTINGS", "ForcedTokens", "install_batched_rollouts", "sampling_policy"]
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,32 @@ BATCHABLE_SETTINGS: dict[str, tuple[Any, ...]] = {
 #: Generous: one call's group prompts (a 2,000-token SmolLM2 prompt is ~90 MiB of key/values in fp32).
 _CALL_CACHE_BYTES = 2 * 2**30
 _STAT_FIELDS = ("rows", "stage_switches", "closings", "rejected_tokens", "forced_tokens", "mask_seconds")
+
+
+class ForcedTokens:
+    """Which completion tokens of the latest batched ``generate`` call the grammar forced.
+
+    A token is forced where the row's grammar mask allowed it alone, or where it was appended by a jump forward.
+    Under the grammar its sampling probability was 1: it carries no choice of the policy, and a loss term on it
+    only moves the unconstrained distribution the grammar overrides anyway (``forced_token_loss: false`` leaves
+    such tokens out of the loss, :func:`training.hooks.install_trainer_hooks`).
+
+    Each row is ``(tokens, flags)``: the row's completion as ``generate`` returned it (its end-of-text token
+    included when it stopped on one, padding excluded) and, per token, whether it was forced. A call that fell
+    back to ``model.generate`` leaves ``None`` (nothing known).
+    """
+
+    def __init__(self) -> None:
+        self._rows: list[tuple[list[int], list[bool]]] | None = None
+
+    def record(self, rows: list[tuple[list[int], list[bool]]] | None) -> None:
+        """Keep ``rows`` as the latest call's (replacing what an earlier call left)."""
+        self._rows = rows
+
+    def take(self) -> list[tuple[list[int], list[bool]]] | None:
+        """The latest call's rows, once: a second take before the next call returns ``None``."""
+        rows, self._rows = self._rows, None
+        return rows
 
 
 def _effective_config(base: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
@@ -122,7 +148,8 @@ def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None,
                              jump_forward: bool = True, merged_sampling: bool = True,
                              prefill_precision: str | None = None, decode_weights: str | None = None,
                              batch_layout: str | None = None, low_precision: bool = False,
-                             prompt_store: RolloutPrompts | None = None) -> DecodingStats:
+                             prompt_store: RolloutPrompts | None = None,
+                             forced_tokens: ForcedTokens | None = None) -> DecodingStats:
     """Make every later ``generate`` of ``model`` (TRL's rollouts, the validation runner's samples) decode
     through the batched decoder.
 
@@ -145,6 +172,8 @@ def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None,
         low_precision: The training forward runs under bf16 autocast on a CPU (picks the defaults above).
         prompt_store: Where every call leaves its prompts' key/values (as prefilled) for a training forward that
             runs the prompt without gradient (``prompt_grad: false``; :class:`~training.shared_prefix.RolloutPrompts`).
+        forced_tokens: Where every call records which of its completion tokens the grammar forced
+            (:class:`ForcedTokens`; a call that falls back to ``model.generate`` records ``None``).
 
     Returns:
         The running :class:`~mas_orchestra.local.decoding.DecodingStats` of all calls (zeros without a
@@ -173,7 +202,9 @@ def install_batched_rollouts(model: Any, tokenizer: Any, constraint: Any = None,
         if not reasons:
             return _batched_generate(inner, tokenizer, constraint, kwargs["input_ids"], kwargs.get("attention_mask"),
                                      config, jump_forward, totals, merged_sampling, prefill_precision,
-                                     decode_weights, batch_layout, prompt_store)
+                                     decode_weights, batch_layout, prompt_store, forced_tokens)
+        if forced_tokens is not None:
+            forced_tokens.record(None)  # model.generate does not say which tokens the grammar forced
         key = "; ".join(reasons)
         if key not in warned:
             warned.add(key)
@@ -307,7 +338,8 @@ def _add_stats(totals: DecodingStats, stats: DecodingStats) -> None:
 def _batched_generate(inner: Any, tokenizer: Any, constraint: Any, input_ids: Any, attention_mask: Any,
                       config: Any, jump_forward: bool, totals: DecodingStats, merged_sampling: bool = True,
                       prefill_precision: str = "float32", decode_weights: str = "float32",
-                      batch_layout: str = "auto", prompt_store: RolloutPrompts | None = None) -> Any:
+                      batch_layout: str = "auto", prompt_store: RolloutPrompts | None = None,
+                      forced_tokens: ForcedTokens | None = None) -> Any:
     device = input_ids.device
     max_new = int(config.max_new_tokens)
     stops = stop_token_ids(getattr(config, "eos_token_id", None), tokenizer)
@@ -369,12 +401,16 @@ def _batched_generate(inner: Any, tokenizer: Any, constraint: Any, input_ids: An
              "group's prefill), %d tokens generated", len(results), time.perf_counter() - started,
              max(r.forward_passes for r in results), sum(r.prompt_tokens for r in results),
              sum(r.cached_prompt_tokens for r in results), sum(len(r.token_ids) for r in results))
-    rows = []
+    rows, forced = [], []
     for result in results:
-        tokens = list(result.token_ids)
+        tokens, flags = list(result.token_ids), list(result.forced)
         if result.end_token_id is not None:
             tokens.append(int(result.end_token_id))
+            flags.append(result.end_forced)
         rows.append(tokens)
+        forced.append((tokens, flags))
+    if forced_tokens is not None:
+        forced_tokens.record(forced)
     width = max((len(r) for r in rows), default=0)
     completions = torch.full((len(rows), width), int(pad_id), dtype=input_ids.dtype, device=device)
     for i, tokens in enumerate(rows):

@@ -123,6 +123,9 @@ class GenerationResult:
     cached_prompt_tokens: int = 0
     forward_passes: int = 0
     end_token_id: int | None = None  # the end-of-text token that ended the row (not in token_ids), if one did
+    #: Per token of ``token_ids``: the grammar allowed no other token there (its sampling probability was 1).
+    forced: list[bool] = field(default_factory=list)
+    end_forced: bool = False  # likewise for ``end_token_id``
 
 
 @dataclass
@@ -135,6 +138,7 @@ class _Row:
     cached: int = 0
     passes: int = 0
     generated: list[int] = field(default_factory=list)
+    forced: list[bool] = field(default_factory=list)  # per generated token: the grammar's only choice
     result: GenerationResult | None = None
 
 
@@ -426,13 +430,18 @@ class GenerationBatcher:
                 )
         token = _sample(scores, request.temperature, request.top_p, row.generator)
         chosen = [token]
+        # a token the grammar left alone in the mask, and every token of a jump forward, had no alternative
+        forced = [request.processor is not None and int(torch.isfinite(scores).sum()) == 1]
         if request.processor is not None and request.jump_forward and token not in self.end_ids:
-            chosen += request.processor.jump_forward(0, token, len(row.generated) + 1)
+            extra = request.processor.jump_forward(0, token, len(row.generated) + 1)
+            chosen += extra
+            forced += [True] * len(extra)
         appended: list[int] = []
-        for t in chosen:
+        for t, only in zip(chosen, forced, strict=True):
             if t in self.end_ids:
-                return _finish(row, "stop", end_token_id=t)
+                return _finish(row, "stop", end_token_id=t, end_forced=only)
             row.generated.append(t)
+            row.forced.append(only)
             appended.append(t)
             if len(row.generated) >= request.max_new_tokens:
                 break
@@ -467,11 +476,11 @@ def _hits_stop(tokenizer: Any, generated: list[int], stops: tuple[str, ...]) -> 
     return any(s in text for s in stops)
 
 
-def _finish(row: _Row, reason: str, end_token_id: int | None = None) -> bool:
+def _finish(row: _Row, reason: str, end_token_id: int | None = None, end_forced: bool = False) -> bool:
     """Record the row's result (delivered by the worker once the step is over)."""
     row.result = GenerationResult(token_ids=list(row.generated), finish_reason=reason, prompt_tokens=row.prompt_len,
                                   cached_prompt_tokens=row.cached, forward_passes=row.passes,
-                                  end_token_id=end_token_id)
+                                  end_token_id=end_token_id, forced=list(row.forced), end_forced=end_forced)
     return True
 
 
