@@ -282,7 +282,7 @@ def test_constrained_batched_rollouts_are_valid_orchestrations(tiny) -> None:  #
 
 def test_rollouts_record_which_tokens_the_grammar_forced(tiny) -> None:  # type: ignore[no-untyped-def]
     """Forced tokens are found two ways: appended by a jump forward, or alone in the mask of a plain decode step.
-    The same seeded rollouts with and without jump-forward must flag the very same tokens, and only markup."""
+    The same greedy rollouts with and without jump-forward must flag the very same tokens."""
     from mas_orchestra.models.constraints import OrchestrationConstraint
     from mas_orchestra.registry import default_registry
     from training.rollouts import ForcedTokens, install_batched_rollouts
@@ -295,9 +295,9 @@ def test_rollouts_record_which_tokens_the_grammar_forced(tiny) -> None:  # type:
         model = _peft(tiny, fused=False)
         forced = ForcedTokens()
         install_batched_rollouts(model, tokenizer, constraint, jump_forward=jump, forced_tokens=forced)
-        torch.manual_seed(1)
+        # greedy: a sampled row draws from its generator once per decode step, and a jump forward takes fewer
         out = model.generate(input_ids=ids, attention_mask=mask, generation_config=_generation_config(
-            tokenizer, do_sample=True, max_new=160))
+            tokenizer, do_sample=False, max_new=160))
         rows = forced.take()
         assert rows is not None and len(rows) == 3 and forced.take() is None  # taken once
         for (tokens, flags), completion in zip(rows, out[:, ids.shape[1]:], strict=True):
@@ -307,7 +307,7 @@ def test_rollouts_record_which_tokens_the_grammar_forced(tiny) -> None:  # type:
     assert recorded[True] == recorded[False]
     for tokens, flags in recorded[True]:
         forced_text = tokenizer.decode([t for t, f in zip(tokens, flags, strict=True) if f])
-        assert "<agent_name>" in forced_text.replace(" ", "") or "agent_name" in forced_text
+        assert "</thinking>" in forced_text  # the plan's markup (what follows the thinking is the grammar's)
         assert flags[-1]  # the end of text after the closing tag is the grammar's only choice
 
 
