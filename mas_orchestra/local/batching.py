@@ -420,9 +420,11 @@ class GenerationBatcher:
 
         request = row.request
         scores = logits.float()
+        allowed = 0  # tokens the grammar left in the mask (counted once: it is also what flags a forced token)
         if request.processor is not None:
             scores = request.processor(row.ids, scores)
-            if not bool(torch.isfinite(scores).any()):
+            allowed = int(torch.isfinite(scores).sum())
+            if allowed == 0:
                 raise GrammarError(
                     f"the {request.processor.constraint.name} grammar allows no token after "
                     f"{len(row.generated)} generated tokens; turn constrained decoding off with constrained=False "
@@ -431,7 +433,7 @@ class GenerationBatcher:
         token = _sample(scores, request.temperature, request.top_p, row.generator)
         chosen = [token]
         # a token the grammar left alone in the mask, and every token of a jump forward, had no alternative
-        forced = [request.processor is not None and int(torch.isfinite(scores).sum()) == 1]
+        forced = [allowed == 1]
         if request.processor is not None and request.jump_forward and token not in self.end_ids:
             extra = request.processor.jump_forward(0, token, len(row.generated) + 1)
             chosen += extra
