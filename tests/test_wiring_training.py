@@ -319,3 +319,31 @@ def test_system_scoped_partial_credit_counts_facts_any_agent_reached():
     assert scored["system"][0][1] == pytest.approx(0.5 * 2 / 3)
     with pytest.raises(ValueError, match="partial_credit_scope"):
         make_outcome_reward(subagent=CALC, partial_credit_scope="agents")
+
+
+def _chain_text(n: int) -> str:
+    nodes = [{"id": f"A{k}", "agent": "cot", "description": f"Step {k}",
+              "input": "" if k == 1 else f"Given ${{A{k - 1}}}, work out the next quantity."} for k in range(1, n + 1)]
+    edges = [{"source": f"A{k}", "target": f"A{k + 1}"} for k in range(1, n)]
+    return spec_from_data({"thinking": "One step per agent.", "nodes": nodes, "edges": edges}).to_xml()
+
+
+def test_the_wiring_budget_leaves_room_for_a_third_and_fourth_agent_after_plans_as_long_as_the_policy_writes():
+    """The grammar offers agent k only if it and the largest edge block of k agents still fit the tokens left.
+    Two-agent plans of the trained policy take ~190-210 tokens and three-agent ones ~290 (rollouts.jsonl of the
+    wiring runs): at a budget of 320 no third agent fitted after 92 % of the two-agent plans, so the length a
+    depth-3 problem needs was the grammar's choice, not the policy's (training/README.md, "The budget")."""
+    from mas_orchestra.models.constraints import OrchestrationConstraint
+
+    cfg = parse_config(["--config", str(RECIPES / "cpu_wiring.yaml")])
+    config = cfg.orchestra_config()
+    constraint = OrchestrationConstraint(dom="high", registry=offered_registry(None, agents=cfg.agent_kinds),
+                                         limits=config.grammar_limits)
+
+    def offers(agent: int, plan: str, used: int, budget: int) -> bool:
+        return f"<agent_id>A{agent}</agent_id>" in (constraint.next_stage(plan, remaining=budget - used) or "")
+
+    two, three = _chain_text(2).split("\n<edge>")[0], _chain_text(3).split("\n<edge>")[0]
+    assert offers(3, two, used=210, budget=cfg.max_completion_length)
+    assert offers(4, three, used=285, budget=cfg.max_completion_length)
+    assert not offers(3, two, used=210, budget=320)  # the recipe's budget before

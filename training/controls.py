@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=8, help="test problems per depth")
     parser.add_argument("--samples", type=int, default=2, help="orchestrations per problem (Avg@k)")
     parser.add_argument("--temperature", type=float, default=0.5, help="orchestrator temperature (paper's 0.5)")
-    parser.add_argument("--max-tokens", type=int, default=320, help="orchestrator tokens (the recipe's budget)")
+    parser.add_argument("--max-tokens", type=int, default=448,
+                        help="orchestrator tokens (recipes/cpu_wiring.yaml's max_completion_length; 320 before)")
     parser.add_argument("--agents", default="cot,sc", help="offered kinds (the recipe's)")
     parser.add_argument("--prompt", default="recipes/prompts/chains",
                         help="high-DoM prompt template folder (recipes/cpu_wiring.yaml's; recipes/prompts/wiring "
