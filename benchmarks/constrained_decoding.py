@@ -7,10 +7,14 @@ constrained (512, staged grammar), interleaved so machine noise hits both alike.
 * valid-spec rate per (DoM, mode, data set) — "valid" = parses and validates against the offered agents;
 * decoding speed: output tokens per second of generation for each mode and their ratio, and the share of
   constrained time spent computing masks;
-* grammar compile time (xgrammar, embedded tokenizer, cache off) by agent cap, one-piece and staged.
+* grammar compile time (xgrammar, embedded tokenizer, cache off) by agent cap, one-piece and staged;
+* with ``--input-masks``: mask time per token while writing chains of 2-4 agents whose inputs reference the
+  previous agent (``${A1}``), under the one-piece grammar and under the staged decoder (stage compiles
+  included), and their ratio. Inputs with references were the slow part of constrained GRPO rollouts.
 
     HF_HUB_OFFLINE=1 python benchmarks/constrained_decoding.py --n 10          # 10 GSM8K + 10 MATH-500
     HF_HUB_OFFLINE=1 python benchmarks/constrained_decoding.py --compile-only  # grammar compile times only
+    HF_HUB_OFFLINE=1 python benchmarks/constrained_decoding.py --input-masks   # referencing inputs only
 """
 
 from __future__ import annotations
@@ -82,6 +86,69 @@ def compile_times(caps: list[int]) -> list[dict[str, Any]]:
     return rows
 
 
+def _chain(n: int) -> str:
+    agents = "".join(
+        f"\n<agent>\n  <agent_id>A{k}</agent_id>\n  <agent_name>CoTAgent</agent_name>\n"
+        f"  <agent_description>Step {k}</agent_description>\n  <required_arguments>\n    <agent_input>"
+        + (f"Given ${{A{k - 1}}}, work out the next intermediate result the task needs." if k > 1
+           else "Work out the intermediate result the task needs first.")
+        + "</agent_input>\n    <temperature>0.5</temperature>\n  </required_arguments>\n</agent>"
+        for k in range(1, n + 1))
+    edges = "".join(f"\n  <from>A{k}</from><to>A{k + 1}</to>" for k in range(1, n))
+    return f"<thinking>Chain the steps.</thinking>{agents}\n<edge>{edges}\n</edge>"
+
+
+def input_mask_times(chains: list[int], repeats: int, max_new_tokens: int = 1024) -> list[dict[str, Any]]:
+    """Mask milliseconds per token while writing wired chains: one-piece grammar vs the staged decoder."""
+    import torch
+    import xgrammar as xgr
+    from transformers import AutoTokenizer
+
+    from mas_orchestra.local.decoding import ConstrainedLogitsProcessor
+    from mas_orchestra.local.embedded import embedded_model_dir
+    from mas_orchestra.spec.grammar import orchestration_grammar
+
+    tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=49152, stop_token_ids=[tokenizer.eos_token_id])
+    registry = offered_registry(None, agents=["cot", "sc"])
+    limits = GrammarLimits(max_agents=4, direct_answer=False)
+    rows = []
+    for n in chains:
+        text = _chain(n)
+        # Tokenized in pieces split after each reference, as the decoder writes them (a reference's "}" is a
+        # token of its own: under the grammar it is forced, or it ends a stage).
+        pieces = text.replace("}", "}\x00").split("\x00")
+        ids = [t for piece in pieces for t in tokenizer.encode(piece)]
+        one_piece: list[float] = []
+        staged: list[float] = []
+        for _ in range(repeats):  # interleaved, so machine noise hits both alike
+            compiler = xgr.GrammarCompiler(info, cache_enabled=False)
+            t0 = time.perf_counter()
+            matcher = xgr.GrammarMatcher(compiler.compile_grammar(orchestration_grammar("high", registry, limits)))
+            bitmask = xgr.allocate_token_bitmask(1, info.vocab_size)
+            for token in ids:
+                matcher.fill_next_token_bitmask(bitmask, 0)
+                if not matcher.accept_token(token):
+                    raise RuntimeError(f"one-piece grammar rejected {tokenizer.decode([token])!r}")
+            one_piece.append((time.perf_counter() - t0) / len(ids))
+            compiler = xgr.GrammarCompiler(info, cache_enabled=False)
+            constraint = OrchestrationConstraint(dom="high", registry=registry, limits=limits)
+            processor = ConstrainedLogitsProcessor(constraint, tokenizer, compiler, max_new_tokens=max_new_tokens)
+            so_far = torch.zeros((1, 1), dtype=torch.long)
+            scores = torch.zeros((1, 49152))
+            t0 = time.perf_counter()
+            for token in ids:
+                processor(so_far, scores)
+                so_far = torch.cat([so_far, torch.tensor([[token]])], dim=1)
+            staged.append((time.perf_counter() - t0) / len(ids))
+            if processor.stats.rejected_tokens:
+                raise RuntimeError("the staged decoder rejected a token of the chain")
+        a, b = statistics.median(one_piece) * 1e3, statistics.median(staged) * 1e3
+        rows.append({"agents": n, "tokens": len(ids), "one_piece_ms_per_token": round(a, 3),
+                     "staged_ms_per_token": round(b, 3), "staged_over_one_piece": round(b / a, 4)})
+    return rows
+
+
 async def orchestrate_both(questions: list[tuple[str, str]], doms: list[str], threads: int | None) -> dict[str, Any]:
     model = load_embedded_chat_model(engine=LocalEngineOptions(torch_threads=threads))
     registry = offered_registry()
@@ -137,10 +204,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doms", default="high,low")
     parser.add_argument("--caps", default="1,2,4,8,16")
     parser.add_argument("--compile-only", action="store_true")
+    parser.add_argument("--input-masks", action="store_true",
+                        help="only the mask time of wired chains, one-piece grammar vs staged decoder")
+    parser.add_argument("--repeats", type=int, default=3, help="--input-masks: runs per chain (median reported)")
     parser.add_argument("--out", default=None, help="also write the JSON here")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads for generation (1 resists other load on a 2-core machine; 0 = torch default)")
     args = parser.parse_args(argv)
+    if args.input_masks:
+        rows = input_mask_times([2, 3, 4], args.repeats)
+        print(json.dumps(rows, indent=1))
+        if args.out:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps({"input_masks": rows}, indent=2))
+        return 0
     report: dict[str, Any] = {"compile": compile_times([int(c) for c in args.caps.split(",")])}
     print(json.dumps(report["compile"], indent=1), flush=True)
     if not args.compile_only:

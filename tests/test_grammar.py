@@ -177,6 +177,69 @@ def test_edge_grammar_requires_an_edge_for_every_reference() -> None:
     parse_orchestration(agents + with_all)  # and the parser agrees
 
 
+def _feed(constraint, text: str, max_new: int | None = None) -> ConstrainedLogitsProcessor:
+    """Run ``text`` (one character per token) through the staged processor, as if the model had sampled it."""
+    processor = ConstrainedLogitsProcessor(constraint, TOKENIZER, COMPILER, max_new_tokens=max_new)
+    ids = torch.zeros((1, 1), dtype=torch.long)
+    for char in text:
+        processor(ids, torch.zeros((1, len(TOKENIZER.vocab))))
+        if processor.stats.rejected_tokens:
+            break
+        ids = torch.cat([ids, torch.tensor([[TOKENIZER.vocab.index(char)]])], dim=1)
+    processor(ids, torch.zeros((1, len(TOKENIZER.vocab))))
+    return processor
+
+
+_TWO_AGENTS_UP_TO_INPUT = (
+    "<thinking>t</thinking>\n<agent>\n  <agent_id>A1</agent_id>\n  <agent_name>CoTAgent</agent_name>\n"
+    "  <agent_description>d</agent_description>\n  <required_arguments>\n    <agent_input>x</agent_input>\n"
+    "    <temperature>0.5</temperature>\n  </required_arguments>\n</agent>\n<agent>\n  <agent_id>A2</agent_id>\n"
+    "  <agent_name>CoTAgent</agent_name>\n  <agent_description>d</agent_description>\n  <required_arguments>\n"
+    "    <agent_input>"
+)
+
+
+@pytest.mark.parametrize(("written", "accepted"), [
+    ("a" * 5 + "${A1}" + "b" * 14, True),          # 20 items: a reference counts as one
+    ("${A1}" * 2 + "c" * 18, True),                # two references, each ending a stage
+    ("a" * 5 + "${A1}" + "b" * 15, False),         # 21 items
+    ("a" * 19 + "${A1}" + "b", False),             # the reference is the 20th item: nothing may follow
+])
+def test_an_input_with_references_keeps_one_bound_across_its_stages(written: str, accepted: bool) -> None:
+    """Staged decoding ends a stage at every reference in an input (fast masks) and continues the input in
+    the next: the input as a whole keeps the grammar's bound, a reference counting as one item."""
+    limits = GrammarLimits(max_agents=2, input_chars=20, description_chars=5)
+    constraint = OrchestrationConstraint(dom="high", registry=offered_registry(None, agents=["cot"]), limits=limits)
+    processor = _feed(constraint, _TWO_AGENTS_UP_TO_INPUT + written + "</agent_input>")
+    assert (processor.stats.rejected_tokens == 0) is accepted
+    if accepted:
+        assert processor.stats.stage_switches == 2 + written.count("${")  # agent 1, agent 2, one per reference
+
+
+def test_the_rest_of_an_input_keeps_the_bound_its_agent_began_with() -> None:
+    """Under a token budget the stage after a reference is fitted to the budget its agent began with (what
+    the processor records), not to a fresh agent's share of the tokens left, which would cut the input short."""
+    constraint = OrchestrationConstraint(dom="high", registry=offered_registry(None, agents=["cot", "sc"]))
+    began, fitted = 300, constraint._fitted(2, 300)[0].input_chars
+    text = _TWO_AGENTS_UP_TO_INPUT + "Given ${A1}"
+    rest = constraint.next_stage(text, remaining=270, stage_starts=[448, 400, began])
+    assert rest is not None and f"{{0,{fitted - 7}}}" in rest  # "Given " and the reference: 7 items written
+    fresh = constraint.next_stage(text, remaining=270)
+    assert fresh is not None and f"{{0,{fitted - 7}}}" not in fresh
+
+
+def test_staged_grammars_repeat_only_character_classes() -> None:
+    """Inside a repeated choice between a character and a reference xgrammar checks most of the vocabulary
+    for every token (benchmarks/constrained_decoding.py --input-masks); the staged grammars have none."""
+    constraint = OrchestrationConstraint(dom="high", registry=REGISTRY, limits=GrammarLimits(max_agents=4))
+    assert "([^<$] |" in orchestration_grammar("high", REGISTRY)  # the one-piece form still has it
+    for done in (1, 2, 3):  # the stages of agents 2, 3 and 4, whose inputs may reference
+        stage = constraint.next_stage("<thinking>t</thinking>" + "</agent>" * done, 448)
+        assert stage is not None and "${" in stage and "([^<$] |" not in stage, (done, stage)
+    rest = constraint.next_stage(_TWO_AGENTS_UP_TO_INPUT + "${A1}", 300, stage_starts=[448, 400, 320])
+    assert rest is not None and "([^<$] |" not in rest
+
+
 # -- property: random decoding under the processor only yields valid specs ---------------------------------
 
 

@@ -181,6 +181,7 @@ class _Row:
     closed: bool = False
     stages: int = 0
     consumed: int = 0  # generated tokens the matcher has accepted
+    stage_starts: list[int] = field(default_factory=list)  # tokens left when each stage began
     forced: list[int] = field(default_factory=list)  # the tokens the grammar forced at the last mask
 
 
@@ -228,7 +229,9 @@ class ConstrainedLogitsProcessor:
         xgr = self._xgr
         if not self._rows:
             self._start = int(input_ids.shape[1])
-            self._rows = [_Row(xgr.GrammarMatcher(self._first)) for _ in range(input_ids.shape[0])]
+            starts = [] if self.max_new_tokens is None else [self.max_new_tokens]
+            self._rows = [_Row(xgr.GrammarMatcher(self._first), stage_starts=list(starts))
+                          for _ in range(input_ids.shape[0])]
             self._bitmask = xgr.allocate_token_bitmask(len(self._rows), self._first.tokenizer_info.vocab_size)
             self._whole = whole_character_mask(self.tokenizer, int(self._bitmask.shape[1]))
             self.stats.rows += len(self._rows)
@@ -262,9 +265,11 @@ class ConstrainedLogitsProcessor:
                 return
         remaining = None if self.max_new_tokens is None else self.max_new_tokens - generated
         if row.matcher.is_completed():
-            nxt = self.constraint.next_stage(self._text(input_ids, i), remaining)
+            nxt = self.constraint.next_stage(self._text(input_ids, i), remaining, stage_starts=row.stage_starts)
             if nxt is not None:
                 self._switch(row, nxt)
+                if remaining is not None:
+                    row.stage_starts.append(remaining)
                 row.stages += 1
                 self.stats.stage_switches += 1
         if remaining is not None and not row.closed and remaining <= self._reserve:

@@ -31,7 +31,7 @@ from langchain_core.messages import AIMessage
 from langchain_core.runnables import Runnable, RunnableLambda
 
 from agents.base import bind_tools
-from mas_orchestra.errors import ConstrainedDecodingError
+from mas_orchestra.errors import ConstrainedDecodingError, GrammarError
 from mas_orchestra.registry import AgentRegistry, default_registry
 from mas_orchestra.spec import Dom
 from mas_orchestra.spec.grammar import (
@@ -39,18 +39,24 @@ from mas_orchestra.spec.grammar import (
     REPLY_CLOSE,
     REPLY_END,
     GrammarLimits,
+    OpenInput,
     agent_markup_chars,
     agent_stage_grammar,
     agent_text_chars,
     edge_grammar,
     edges_chars,
+    input_rest_grammar,
+    input_rest_markup_chars,
+    open_input,
     orchestration_grammar,
     orchestration_json_schema,
+    params_text_chars,
     reply_closing_grammar,
     reply_grammar,
     reply_json_schema,
     thinking_grammar,
 )
+from mas_orchestra.spec.grammar.ebnf import offered_kinds
 from mas_orchestra.spec.grammar.tool_calls import ToolSignature, tool_call_grammar
 
 __all__ = [
@@ -97,13 +103,16 @@ class OutputConstraint:
         """
         raise NotImplementedError
 
-    def next_stage(self, text: str, remaining: int | None = None) -> str | None:
+    def next_stage(self, text: str, remaining: int | None = None, *,
+                   stage_starts: Sequence[int] = ()) -> str | None:
         """Grammar to continue with once the current one completed on ``text`` with ``remaining`` tokens
         left (staged decoding), or None when the output is complete.
 
         Args:
             text: The output so far.
             remaining: Tokens left (``None``: unbounded).
+            stage_starts: Tokens left when each stage so far began, oldest first (the current stage's last);
+                a stage that continues an earlier one's text is fitted to the budget that one had.
         """
         return None
 
@@ -177,15 +186,21 @@ class OrchestrationConstraint(OutputConstraint):
             chars = min(chars, max(0, max_tokens // 4))
         return thinking_grammar(chars)
 
-    def next_stage(self, text: str, remaining: int | None = None) -> str | None:
+    def next_stage(self, text: str, remaining: int | None = None, *,
+                   stage_starts: Sequence[int] = ()) -> str | None:
         """The grammar of the next stage after ``text`` (``None`` when the orchestration is complete).
 
         Args:
             text: The orchestration so far.
             remaining: Tokens left (``None``: unbounded).
+            stage_starts: Tokens left when each stage so far began, oldest first: an agent input that stopped
+                at a reference goes on within the bound its agent was given when it began.
         """
         if text.endswith(EDGE_MARKER):
             return edge_grammar(text)
+        opened = open_input(text)
+        if opened is not None:  # an agent's input stopped at a reference (see _input_to_stage_end): go on with it
+            return self._rest_of_input(opened, remaining, stage_starts)
         if text.endswith("</thinking>"):
             k = 1
         elif text.endswith("</agent>") and self.dom == "high":
@@ -201,6 +216,27 @@ class OrchestrationConstraint(OutputConstraint):
         direct = done == 0 and (self.direct_answers or not agent)
         return agent_stage_grammar(k, self.dom, self.registry, limits, agent=agent, stop=done == 1, edges=done >= 2,
                                    direct_answer=direct and self.dom == "high")
+
+    def _rest_of_input(self, opened: OpenInput, remaining: int | None, stage_starts: Sequence[int]) -> str:
+        """The stage after a reference in an agent's input.
+
+        The input keeps the bound its agent was fitted to when it began (each reference began one stage, so
+        the agent's began ``opened.references`` stages ago); without that history, the bound a fresh agent would
+        get now. Either way the rest of the input, the parameters, the closing markup and the largest edge block
+        must fit the tokens left.
+        """
+        k = opened.agent
+        kind = next((kind for kind in offered_kinds(self.registry) if kind.block == opened.block), None)
+        if kind is None:  # only text written under this constraint's grammar reaches here
+            raise GrammarError(f"agent A{k} is a {opened.block!r}, which the orchestration grammar does not offer")
+        items, limits = self.limits.input_chars - opened.items, self.limits
+        if remaining is not None:
+            began = stage_starts[-opened.references] if len(stage_starts) >= opened.references else remaining
+            limits, _ = self._fitted(k, began)
+            markup = input_rest_markup_chars(k, kind, self.dom) + edges_chars(k if self.dom == "high" else 0)
+            available = remaining - _markup_tokens(markup) - 2  # 2: the end-of-text token and slack
+            items = min(limits.input_chars - opened.items, available - params_text_chars(kind, limits))
+        return input_rest_grammar(k, kind, limits, dom=self.dom, items=max(0, items))
 
     def _fitted(self, k: int, remaining: int | None) -> tuple[GrammarLimits, bool]:
         """Limits for agent k scaled to the budget, and whether agent k fits at all."""

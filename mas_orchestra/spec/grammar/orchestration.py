@@ -50,12 +50,17 @@ from mas_orchestra.spec.limits import Dom, check_dom
 
 __all__ = [
     "EDGE_MARKER",
+    "OpenInput",
     "agent_markup_chars",
     "agent_stage_grammar",
     "agent_text_chars",
     "edge_grammar",
     "edges_chars",
+    "input_rest_grammar",
+    "input_rest_markup_chars",
+    "open_input",
     "orchestration_grammar",
+    "params_text_chars",
     "references_by_agent",
     "thinking_grammar",
 ]
@@ -64,31 +69,67 @@ __all__ = [
 EDGE_MARKER = "\n<edge>"
 
 
+def _references(k: int) -> str:
+    """A ``${A<j>}`` reference to an agent before agent k."""
+    refs = " | ".join(lit(agent_id(j)) for j in range(1, k))
+    return f'"${{" ({refs}) "}}"'
+
+
 def _input_grammar(k: int, limits: GrammarLimits) -> str:
-    """Agent k's input: free text with ``${A<j>}`` references to earlier agents only."""
+    """Agent k's input in one piece: free text with ``${A<j>}`` references to earlier agents only."""
     if k <= 1:
         return text_rule(limits.input_chars, exclude="<$")
-    refs = " | ".join(lit(agent_id(j)) for j in range(1, k))
-    return f'([^<$] | "${{" ({refs}) "}}"){{0,{limits.input_chars}}}'
+    return f"([^<$] | {_references(k)}){{0,{limits.input_chars}}}"
+
+
+def _input_to_stage_end(k: int, items: int, after: str) -> str:
+    """Staged decoding: at most ``items`` more items of agent k's input (a reference counts as one), then either
+    a reference, which ends the stage (:func:`input_rest_grammar` continues after it), or the end of the input
+    and ``after``.
+
+    The one-piece form repeats a choice between a character and a reference. Inside such a repetition xgrammar
+    checks most of the vocabulary at run time for every token (on a CPU, tens to hundreds of milliseconds per
+    token, growing with the bound: ``benchmarks/constrained_decoding.py --input-masks``). Here every repetition
+    is of one character class, whose token masks xgrammar precomputes.
+    """
+    close = f"{lit('</agent_input>')} {after}"
+    if k <= 1 or items <= 0:
+        return f"{text_rule(max(0, items), exclude='<$')} {close}"
+    # Two alternatives, each one repetition then a sequence: xgrammar compiles this in milliseconds, where a
+    # repetition followed by a choice ("text (reference | end)") took about a second per grammar.
+    before_ref = f"{text_rule(items - 1, exclude='<$')} " if items > 1 else ""
+    return f"({before_ref}{_references(k)} | {text_rule(items, exclude='<$')} {close})"
+
+
+def _agent_tail(k: int, dom: str) -> str:
+    """The markup that closes agent k after its parameters."""
+    return "\n  </required_arguments>\n" + (f"  <agent_output_id>{agent_id(k)}</agent_output_id>\n"
+                                              if dom == "low" else "") + "</agent>"
+
+
+def _after_input(k: int, kind: AgentKind, params: str, dom: str) -> str:
+    """What follows ``</agent_input>``: the kind's parameters (``params``, their grammar) and the closing markup."""
+    return (f"{params} " if params else "") + lit(_agent_tail(k, dom))
 
 
 def _agent_rules(k: int, kinds: list[AgentKind], limits: GrammarLimits, params: dict[str, str],
-                 *, dom: str) -> list[str]:
+                 *, dom: str, staged: bool = False) -> list[str]:
     alternatives = []
     for kind in kinds:
         alternatives.append(f"{lit(kind.block)} {lit('</agent_name>')} kind_{kind.name}_{k}")
     rules = [f"agent_{k} ::= " + lit("\n<agent>\n" + (f"  <agent_id>{agent_id(k)}</agent_id>\n" if dom == "high"
                                                          else "") + "  <agent_name>")
              + " (" + " | ".join(alternatives) + ")"]
-    tail = "\n  </required_arguments>\n" + (f"  <agent_output_id>{agent_id(k)}</agent_output_id>\n"
-                                             if dom == "low" else "") + "</agent>"
     for kind in kinds:
+        after = _after_input(k, kind, params[kind.name], dom)
+        if staged:
+            body = _input_to_stage_end(k, limits.input_chars, after)
+        else:
+            body = f"{_input_grammar(k, limits)} {lit('</agent_input>')} {after}"
         rules.append(
             f"kind_{kind.name}_{k} ::= " + lit("\n  <agent_description>")
             + f" {text_rule(limits.description_chars, exclude='<$' + chr(10))} "
-            + lit("</agent_description>\n  <required_arguments>\n    <agent_input>")
-            + f" {_input_grammar(k, limits)} " + lit("</agent_input>")
-            + (f" {params[kind.name]}" if params[kind.name] else "") + f" {lit(tail)}"
+            + lit("</agent_description>\n  <required_arguments>\n    <agent_input>") + f" {body}"
         )
     return rules
 
@@ -232,7 +273,7 @@ def agent_stage_grammar(
     if dom == "low":
         rules = [f"root ::= {_low_choice(limits, delegate=agent)}"]
         if agent:
-            rules.extend(_agent_rules(1, kinds, limits, params, dom="low"))
+            rules.extend(_agent_rules(1, kinds, limits, params, dom="low", staged=True))
         return "\n".join(rules) + "\n"
     choices = (['""'] if stop else []) + ([lit(EDGE_MARKER)] if edges else []) + ([f"agent_{k}"] if agent else [])
     choices += [_direct_answer(limits)] if direct_answer else []
@@ -240,7 +281,7 @@ def agent_stage_grammar(
         raise ValueError("a stage needs at least one choice")
     rules = [f"root ::= ({' | '.join(choices)})"]
     if agent:
-        rules.extend(_agent_rules(k, kinds, limits, params, dom=dom))
+        rules.extend(_agent_rules(k, kinds, limits, params, dom=dom, staged=True))
     return "\n".join(rules) + "\n"
 
 
@@ -271,23 +312,44 @@ def agent_text_chars(registry: AgentRegistry | None, limits: GrammarLimits) -> i
         registry: The kinds offered (default: the default registry).
         limits: Bounds on text lengths and values.
     """
-    most = 0
-    for kind in offered_kinds(registry):
-        total = 0
-        for info in kind.params.model_fields.values():
-            annotation = unwrap_optional(info.annotation)
-            base = typing.get_origin(annotation) or annotation
-            if base is list:
-                bounds = bounds_of(info)
-                items = min(int(bounds.get("max_length", 1)), max(int(bounds.get("min_length", 0)),
-                                                                   limits.max_list_items))
-                total += items * (limits.string_param_chars + 4)
-            elif base is str:
-                total += limits.string_param_chars
-            else:
-                total += 4
-        most = max(most, total)
+    most = max(params_text_chars(kind, limits) for kind in offered_kinds(registry))
     return limits.description_chars + limits.input_chars + most
+
+
+def params_text_chars(kind: AgentKind, limits: GrammarLimits) -> int:
+    """Characters of a kind's parameter values at most under ``limits`` (their tags not counted).
+
+    Args:
+        kind: The agent kind.
+        limits: Bounds on text lengths and values.
+    """
+    total = 0
+    for info in kind.params.model_fields.values():
+        annotation = unwrap_optional(info.annotation)
+        base = typing.get_origin(annotation) or annotation
+        if base is list:
+            bounds = bounds_of(info)
+            items = min(int(bounds.get("max_length", 1)), max(int(bounds.get("min_length", 0)),
+                                                               limits.max_list_items))
+            total += items * (limits.string_param_chars + 4)
+        elif base is str:
+            total += limits.string_param_chars
+        else:
+            total += 4
+    return total
+
+
+def input_rest_markup_chars(k: int, kind: AgentKind, dom: Dom) -> int:
+    """Characters of fixed markup after agent k's input at most (``</agent_input>``, the kind's parameter tags,
+    the closing markup).
+
+    Args:
+        k: The agent's number (1-based).
+        kind: The agent's kind.
+        dom: The degree of MAS.
+    """
+    tags = sum(2 * len(kind.xml_tag(p)) + 10 for p in kind.params.model_fields)
+    return len("</agent_input>") + tags + len(_agent_tail(k, dom))
 
 
 def edges_chars(n: int) -> int:
@@ -322,6 +384,61 @@ def references_by_agent(agents_text: str) -> dict[int, set[int]]:
     for match in _BLOCK_RE.finditer(agents_text):
         out[int(match.group(1))] = {int(r) for r in _REF_RE.findall(match.group(2))}
     return out
+
+
+_OPEN_INPUT_RE = re.compile(r"<agent_id>A(\d+)</agent_id>\s*<agent_name>([^<]*)</agent_name>.*<agent_input>"
+                            r"((?:(?!</agent_input>).)*)\Z", re.S)
+_ENDS_WITH_REF_RE = re.compile(r"\$\{A\d+\}\Z")
+
+
+class OpenInput(typing.NamedTuple):
+    """Where staged decoding stopped inside an agent's input, right after a reference (:func:`open_input`).
+
+    Attributes:
+        agent: The agent's number (1-based).
+        block: Its block name (``CoTAgent`` …).
+        items: Items of its input written so far (characters, a ``${A<j>}`` reference counting as one, as the
+            grammar counts them).
+        references: References among them.
+    """
+
+    agent: int
+    block: str
+    items: int
+    references: int
+
+
+def open_input(text: str) -> OpenInput | None:
+    """Where staged decoding stopped inside an agent's input after a reference, or ``None`` (the text does not
+    end inside an ``<agent_input>`` right after a reference).
+
+    Args:
+        text: The orchestration so far.
+    """
+    if _ENDS_WITH_REF_RE.search(text) is None:
+        return None
+    start = text.rfind("<agent>")
+    match = _OPEN_INPUT_RE.search(text, max(start, 0))
+    if match is None:
+        return None
+    written = match.group(3)
+    return OpenInput(int(match.group(1)), match.group(2), len(_REF_RE.sub("$", written)),
+                     len(_REF_RE.findall(written)))
+
+
+def input_rest_grammar(k: int, kind: AgentKind, limits: GrammarLimits, *, dom: Dom, items: int) -> str:
+    """The stage that continues agent k's input after a reference: at most ``items`` more items, then another
+    reference (the next such stage) or the end of the input, the kind's parameters and the closing markup.
+
+    Args:
+        k: The agent's number (1-based).
+        kind: The agent's kind.
+        limits: Bounds on parameter values.
+        dom: The degree of MAS.
+        items: Items the input may still take (characters; a reference counts as one).
+    """
+    after = _after_input(k, kind, params_grammar(kind, limits), dom)
+    return f"root ::= {_input_to_stage_end(k, items, after)}\n"
 
 
 def edge_grammar(agents_text: str) -> str:
