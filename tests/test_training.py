@@ -28,7 +28,7 @@ from training.data import (
     to_trl_rows,
 )
 from training.records import STATUSES, RolloutRecord, summarize
-from training.rewards import completion_text, make_outcome_reward, question_from_prompt
+from training.rewards import REWARD_QUANTUM, completion_text, make_outcome_reward, question_from_prompt
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = REPO / "recipes"
@@ -93,7 +93,7 @@ def test_execution_bonus_and_cost_penalty():
                                  settings=RunSettings(max_retries=0))
     # correct 1-call spec: 0.1 + (1 - 0.05); wrong: 0.1; correct 4-call spec: 0.1 + (1 - 0.2); invalid: 0
     out = run(reward, [COT1, COT1, PAR4, INVALID], [["4"], ["9"], ["4"], ["4"]])
-    assert out == pytest.approx([1.05, 0.1, 0.9, 0.0])
+    assert out == pytest.approx([1.05, 0.1, 0.9, 0.0], abs=REWARD_QUANTUM)  # rewards are multiples of 2^-16
     huge = make_outcome_reward(subagent=model, cost_weight=10.0)
     assert run(huge, [PAR4], [["4"]]) == [0.0]  # never below 0 for a correct answer
     errored = make_outcome_reward(subagent=ScriptedChatModel(replies=[RuntimeError("x")]),

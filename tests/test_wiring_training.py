@@ -15,7 +15,7 @@ from mas_orchestra.registry import offered_registry
 from mas_orchestra.spec import spec_from_data
 from training.config import parse_config
 from training.records import RolloutRecord, summarize
-from training.rewards import make_outcome_reward
+from training.rewards import REWARD_QUANTUM, make_outcome_reward
 from training.shaping import group_cost_rewards
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
@@ -250,7 +250,9 @@ def test_partial_credit_counts_how_far_up_the_chain_the_final_agent_got():
     ))
     partial = [r.partial for r in reward.last_batch["records"]]
     assert out[3] == 1.0 and partial[0] == partial[2] == pytest.approx(1 / 3) and partial[1] == pytest.approx(2 / 3)
-    assert out[0] == pytest.approx(0.5 * partial[0]) and out[1] == pytest.approx(0.5 * partial[1])
+    # rewards are rounded to multiples of 2^-16 (exact group means in float32)
+    assert out[0] == pytest.approx(0.5 * partial[0], abs=REWARD_QUANTUM)
+    assert out[1] == pytest.approx(0.5 * partial[1], abs=REWARD_QUANTUM)
     assert reward.last_batch["metrics"]["partial_credit/mean"] == pytest.approx(sum(partial) / 4)
     # the matcher: the name, then the value, no other digit between; a longer number is not the value
     assert stated_share("the number of a = 5; the number of b = 17", ["the number of a = 5", "the number of b = 1"]) == 0.5
@@ -316,7 +318,7 @@ def test_system_scoped_partial_credit_counts_facts_any_agent_reached():
     assert scored["final"][1] == [pytest.approx(2 / 3), pytest.approx(1 / 3)]
     # the system: both reached two levels, so the extra agent no longer costs the plan partial credit
     assert scored["system"][1] == [pytest.approx(2 / 3), pytest.approx(2 / 3)]
-    assert scored["system"][0][1] == pytest.approx(0.5 * 2 / 3)
+    assert scored["system"][0][1] == pytest.approx(0.5 * 2 / 3, abs=REWARD_QUANTUM)
     with pytest.raises(ValueError, match="partial_credit_scope"):
         make_outcome_reward(subagent=CALC, partial_credit_scope="agents")
 
@@ -347,3 +349,25 @@ def test_the_wiring_budget_leaves_room_for_a_third_and_fourth_agent_after_plans_
     assert offers(3, two, used=210, budget=cfg.max_completion_length)
     assert offers(4, three, used=285, budget=cfg.max_completion_length)
     assert not offers(3, two, used=210, budget=320)  # the recipe's budget before
+
+
+def test_a_group_of_equal_partial_rewards_has_exactly_zero_advantage():
+    """Eight wired two-agent chains on a depth-3 problem all earn 0.5 x 2/3. TRL averages the group in
+    float32, where 1/3 does not add up exactly: before rewards were rounded to multiples of 2^-16 the
+    advantages were ~1e-4 instead of 0 and the step ran a full forward and backward for nothing."""
+    import torch
+
+    from training.data import load_masbench
+
+    row = load_masbench("depth", [3], n=1, seed=0, split="test")[0]
+    reward = make_outcome_reward(subagent=CALC, registry=offered_registry(None, agents=["cot", "sc"]),
+                                 partial_credit_weight=0.5)
+    out = asyncio.run(reward(
+        prompts=[[{"role": "user", "content": row["question"]}]] * 8, completions=[chain(2)] * 8,
+        answer=[row["answer"]] * 8, question=[row["question"]] * 8, intermediates=[row["intermediates"]] * 8,
+    ))
+    assert out[0] == pytest.approx(0.5 * 2 / 3, abs=REWARD_QUANTUM) and len(set(out)) == 1
+    grouped = torch.tensor(out, dtype=torch.float32).view(1, 8)
+    assert bool((grouped - grouped.mean(dim=1, keepdim=True) == 0).all()) and float(grouped.std()) == 0.0
+    raw = torch.tensor([0.5 * 2 / 3] * 8, dtype=torch.float32)
+    assert float(raw.std()) > 0  # the float32 rounding the quantum removes

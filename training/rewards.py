@@ -66,9 +66,11 @@ __all__ = [
     "COST_METRICS",
     "COST_REWARDS",
     "PARTIAL_CREDIT_SCOPES",
+    "REWARD_QUANTUM",
     "REWARD_SETTINGS",
     "OutcomeReward",
     "completion_text",
+    "exact_group_reward",
     "make_outcome_reward",
     "orchestra_registry",
     "question_from_prompt",
@@ -152,6 +154,27 @@ def _truths(value: Any) -> str | list[str]:
         items = [str(v) for v in value]
         return items[0] if len(items) == 1 else items
     raise TypeError(f"answer must be a string or a list of strings, got {type(value).__name__}")
+
+
+
+#: Rewards are multiples of this (2^-16, about 1.5e-5): see :func:`exact_group_reward`.
+REWARD_QUANTUM = 2.0 ** -16
+
+
+def exact_group_reward(value: float) -> float:
+    """``value`` rounded to a multiple of :data:`REWARD_QUANTUM`.
+
+    TRL averages a group's rewards in float32. Eight equal rewards of 1/3 (a wrong answer with partial credit)
+    then differ from their mean by a rounding error, the group's advantages are ~1e-4 instead of zero, and
+    the step runs its full forward and backward for nothing (the zero-advantage skip sees non-zero values).
+    Multiples of 2^-16 of magnitude below 2 sum exactly in float32 in groups of up to 128 rows (every partial
+    sum fits float32's 24-bit significand), and the mean divides an exact sum, so equal rewards have exactly
+    zero advantage; the rounding moves a reward by at most 8e-6.
+
+    Args:
+        value: The reward.
+    """
+    return round(value / REWARD_QUANTUM) * REWARD_QUANTUM
 
 
 class OutcomeReward:
@@ -300,6 +323,8 @@ class OutcomeReward:
             keys = [str(ids[i]) if ids is not None and len(ids) == n else str(questions[i]) for i in range(n)]
             for record, value in zip(records, group_cost_rewards(records, keys, self), strict=True):
                 record.reward = value
+        for record in records:
+            record.reward = exact_group_reward(record.reward)
         wall = time.perf_counter() - started
         metrics = summarize(records, self.kinds)
         with self._lock:

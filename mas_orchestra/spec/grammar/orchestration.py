@@ -20,10 +20,11 @@ One rule a context-free grammar cannot carry: "``${X}`` in Y's input needs an ed
 come after the inputs, and which earlier ids an input used would have to be remembered). Local decoding
 (``embedded`` / ``hf:`` models, training rollouts with transformers) closes it by running in **stages**
 (:class:`~mas_orchestra.models.constraints.OrchestrationConstraint`): :func:`thinking_grammar`, then
-:func:`agent_stage_grammar` agent by agent, then :func:`edge_grammar`, built from what the agents wrote, which
-requires an edge X -> Y for every ``${X}`` in Y. Each stage is also fitted to the tokens left, so the whole
-orchestration is complete within the call's token budget. Single-request backends (a vLLM server, JSON
-schema APIs) get the one-piece :func:`orchestration_grammar`; there the validator stays the judge of that
+:func:`agent_stage_grammar` agent by agent (an input that writes a reference ends its stage there and goes
+on in :func:`input_rest_grammar`, which keeps xgrammar's masks fast), then :func:`edge_grammar`, built from what
+the agents wrote, which requires an edge X -> Y for every ``${X}`` in Y. Each stage is also fitted to the tokens
+left, so the whole orchestration is complete within the call's token budget. Single-request backends (a vLLM
+server, JSON schema APIs) get the one-piece :func:`orchestration_grammar`; there the validator stays the judge of that
 one rule (an ``invalid_spec`` outcome names the missing edge).
 
 Nothing here imports xgrammar or torch: grammars are plain strings.
