@@ -36,6 +36,7 @@ from mas_orchestra.spec.grammar import (
     orchestration_json_schema,
     references_by_agent,
 )
+from mas_orchestra.spec.grammar.budget import fit_agent
 from mas_orchestra.testing import ScriptedChatModel
 
 xgr = pytest.importorskip("xgrammar")
@@ -220,7 +221,8 @@ def test_the_rest_of_an_input_keeps_the_bound_its_agent_began_with() -> None:
     """Under a token budget the stage after a reference is fitted to the budget its agent began with (what
     the processor records), not to a fresh agent's share of the tokens left, which would cut the input short."""
     constraint = OrchestrationConstraint(dom="high", registry=offered_registry(None, agents=["cot", "sc"]))
-    began, fitted = 300, constraint._fitted(2, 300)[0].input_chars
+    began = 300
+    fitted = fit_agent(2, began, dom="high", registry=constraint.registry, limits=constraint.limits)[0].input_chars
     text = _TWO_AGENTS_UP_TO_INPUT + "Given ${A1}"
     rest = constraint.next_stage(text, remaining=270, stage_starts=[448, 400, began])
     assert rest is not None and f"{{0,{fitted - 7}}}" in rest  # "Given " and the reference: 7 items written
@@ -408,7 +410,7 @@ def test_the_default_budget_offers_agents(dom: str) -> None:
     constraint = OrchestrationConstraint(dom=dom, registry=REGISTRY)
     stage = constraint.next_stage("<thinking>plan</thinking>", 480)
     assert stage is not None and "agent_1" in stage and "<agent_name>" in stage
-    limits, fits = constraint._fitted(1, 480)
+    limits, fits = fit_agent(1, 480, dom=dom, registry=REGISTRY, limits=constraint.limits)
     assert fits and limits.input_chars >= 100
 
 

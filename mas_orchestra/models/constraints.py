@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage
@@ -46,22 +46,20 @@ from mas_orchestra.spec.grammar import (
     edge_grammar,
     edges_chars,
     input_rest_grammar,
-    input_rest_markup_chars,
     open_input,
     orchestration_grammar,
     orchestration_json_schema,
-    params_text_chars,
     reply_closing_grammar,
     reply_grammar,
     reply_json_schema,
     thinking_grammar,
 )
+from mas_orchestra.spec.grammar.budget import fit_agent, fit_rest_of_input, markup_tokens
 from mas_orchestra.spec.grammar.ebnf import offered_kinds
 from mas_orchestra.spec.grammar.tool_calls import ToolSignature, tool_call_grammar
 
 __all__ = [
     "BACKEND_METADATA_KEY",
-    "MARKUP_CHARS_PER_TOKEN",
     "PROVIDER_METADATA_KEY",
     "Backend",
     "ConstrainedSetting",
@@ -138,15 +136,6 @@ class OutputConstraint:
         raise NotImplementedError
 
 
-#: Forced markup (tags) is assumed written at >= this many characters per token when a stage is fitted to
-#: the token budget (canonical tokenizations of the tags do about 4); free text is counted at one per token.
-MARKUP_CHARS_PER_TOKEN = 3
-
-
-def _markup_tokens(chars: int) -> int:
-    return -(-chars // MARKUP_CHARS_PER_TOKEN)
-
-
 @dataclass(frozen=True, eq=False)
 class OrchestrationConstraint(OutputConstraint):
     """Orchestrations of one DoM over a registry's kinds, within :class:`GrammarLimits`.
@@ -208,7 +197,7 @@ class OrchestrationConstraint(OutputConstraint):
         else:
             return None  # the orchestration is complete
         done = k - 1
-        limits, fits = self._fitted(k, remaining)
+        limits, fits = fit_agent(k, remaining, dom=self.dom, registry=self.registry, limits=self.limits)
         agent = k <= self.limits.max_agents and fits
         # Right after the thinking the orchestrator may answer directly instead of writing agents (a question it
         # can answer needs no system; as the original's prompts allow); when not even one agent fits the tokens
@@ -218,58 +207,21 @@ class OrchestrationConstraint(OutputConstraint):
                                    direct_answer=direct and self.dom == "high")
 
     def _rest_of_input(self, opened: OpenInput, remaining: int | None, stage_starts: Sequence[int]) -> str:
-        """The stage after a reference in an agent's input.
-
-        The input keeps the bound its agent was fitted to when it began (each reference began one stage, so
-        the agent's began ``opened.references`` stages ago); without that history, the bound a fresh agent would
-        get now. Either way the rest of the input, the parameters, the closing markup and the largest edge block
-        must fit the tokens left.
-        """
-        k = opened.agent
+        """The stage after a reference in an agent's input (bounds: :func:`fit_rest_of_input`)."""
         kind = next((kind for kind in offered_kinds(self.registry) if kind.block == opened.block), None)
         if kind is None:  # only text written under this constraint's grammar reaches here
-            raise GrammarError(f"agent A{k} is a {opened.block!r}, which the orchestration grammar does not offer")
-        items, limits = self.limits.input_chars - opened.items, self.limits
-        if remaining is not None:
-            began = stage_starts[-opened.references] if len(stage_starts) >= opened.references else remaining
-            limits, _ = self._fitted(k, began)
-            markup = input_rest_markup_chars(k, kind, self.dom) + edges_chars(k if self.dom == "high" else 0)
-            available = remaining - _markup_tokens(markup) - 2  # 2: the end-of-text token and slack
-            items = min(limits.input_chars - opened.items, available - params_text_chars(kind, limits))
-        return input_rest_grammar(k, kind, limits, dom=self.dom, items=max(0, items))
-
-    def _fitted(self, k: int, remaining: int | None) -> tuple[GrammarLimits, bool]:
-        """Limits for agent k scaled to the budget, and whether agent k fits at all."""
-        if remaining is None:
-            return self.limits, True
-        markup = agent_markup_chars(k, self.dom, self.registry) + edges_chars(k if self.dom == "high" else 0)
-        available = remaining - _markup_tokens(markup) - 2  # 2: the end-of-text token and slack
-        scale = min(1.0, max(0.0, available / agent_text_chars(self.registry, self.limits)))
-        while True:  # shrink until it fits: per-item constants (list quotes) do not scale with the bounds
-            limits = self._scaled(scale, remaining)
-            if agent_text_chars(self.registry, limits) <= available or scale == 0.0:
-                break
-            scale = scale * 0.9 if scale > 0.01 else 0.0
-        return limits, agent_text_chars(self.registry, limits) <= available
-
-    def _scaled(self, scale: float, remaining: int) -> GrammarLimits:
-        def shrink(value: int) -> int:
-            return max(1, int(value * scale))
-
-        return replace(
-            self.limits,
-            description_chars=shrink(self.limits.description_chars),
-            input_chars=shrink(self.limits.input_chars),
-            string_param_chars=shrink(self.limits.string_param_chars),
-            answer_chars=max(1, min(self.limits.answer_chars, remaining - 8)),
-        )
+            raise GrammarError(f"agent A{opened.agent} is a {opened.block!r}, which the orchestration grammar "
+                               "does not offer")
+        limits, items = fit_rest_of_input(opened, kind, remaining, stage_starts, dom=self.dom,
+                                          registry=self.registry, limits=self.limits)
+        return input_rest_grammar(opened.agent, kind, limits, dom=self.dom, items=items)
 
     def max_tokens_hint(self) -> int:
         """Tokens within which the unscaled limits always fit (a generous ``max_new_tokens``)."""
         n = 1 if self.dom == "low" else self.limits.max_agents
         markup = sum(agent_markup_chars(k, self.dom, self.registry) for k in range(1, n + 1)) + edges_chars(n)
         return (self.limits.thinking_chars + n * agent_text_chars(self.registry, self.limits)
-                + _markup_tokens(markup + 30) + 8)
+                + markup_tokens(markup + 30) + 8)
 
     def json_schema(self) -> dict[str, Any]:
         """Our JSON spec form as a schema (ids, kinds, parameters) for API models."""

@@ -7,6 +7,7 @@ grammars are generated from the agent registry, as plain strings (nothing here i
   :class:`GrammarLimits`;
 - :mod:`~mas_orchestra.spec.grammar.orchestration`: the orchestration grammar, in one piece and in the
   stages of local decoding (how far it goes into the validator's rules is documented there);
+- :mod:`~mas_orchestra.spec.grammar.budget`: fitting each stage's text bounds to the tokens left;
 - :mod:`~mas_orchestra.spec.grammar.replies`: the sub-agent reply contract;
 - :mod:`~mas_orchestra.spec.grammar.json_schema`: the JSON-schema form for ``response_format`` APIs.
 """
