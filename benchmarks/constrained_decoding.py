@@ -38,7 +38,7 @@ from mas_orchestra.models.hf_chat import load_embedded_chat_model
 from mas_orchestra.registry import offered_registry
 from mas_orchestra.runtime import Orchestra
 from mas_orchestra.settings import RunSettings
-from mas_orchestra.spec import parse_orchestration
+from mas_orchestra.spec import parse_orchestration, spec_from_data
 from mas_orchestra.spec.grammar import GrammarLimits, agent_stage_grammar, edge_grammar, thinking_grammar
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -87,15 +87,12 @@ def compile_times(caps: list[int]) -> list[dict[str, Any]]:
 
 
 def _chain(n: int) -> str:
-    agents = "".join(
-        f"\n<agent>\n  <agent_id>A{k}</agent_id>\n  <agent_name>CoTAgent</agent_name>\n"
-        f"  <agent_description>Step {k}</agent_description>\n  <required_arguments>\n    <agent_input>"
-        + (f"Given ${{A{k - 1}}}, work out the next intermediate result the task needs." if k > 1
-           else "Work out the intermediate result the task needs first.")
-        + "</agent_input>\n    <temperature>0.5</temperature>\n  </required_arguments>\n</agent>"
-        for k in range(1, n + 1))
-    edges = "".join(f"\n  <from>A{k}</from><to>A{k + 1}</to>" for k in range(1, n))
-    return f"<thinking>Chain the steps.</thinking>{agents}\n<edge>{edges}\n</edge>"
+    """A wired chain of n CoT agents, each input referencing the previous agent's result."""
+    nodes = [{"id": f"A{k}", "agent": "cot", "description": f"Step {k}", "params": {"temperature": 0.5},
+              "input": (f"Given ${{A{k - 1}}}, work out the next intermediate result the task needs." if k > 1
+                        else "Work out the intermediate result the task needs first.")} for k in range(1, n + 1)]
+    edges = [{"source": f"A{k}", "target": f"A{k + 1}"} for k in range(1, n)]
+    return spec_from_data({"thinking": "Chain the steps.", "nodes": nodes, "edges": edges}).to_xml()
 
 
 def input_mask_times(chains: list[int], repeats: int, max_new_tokens: int = 1024) -> list[dict[str, Any]]:

@@ -55,7 +55,6 @@ from mas_orchestra.spec.grammar import (
     thinking_grammar,
 )
 from mas_orchestra.spec.grammar.budget import fit_agent, fit_rest_of_input, markup_tokens
-from mas_orchestra.spec.grammar.ebnf import offered_kinds
 from mas_orchestra.spec.grammar.tool_calls import ToolSignature, tool_call_grammar
 
 __all__ = [
@@ -208,7 +207,7 @@ class OrchestrationConstraint(OutputConstraint):
 
     def _rest_of_input(self, opened: OpenInput, remaining: int | None, stage_starts: Sequence[int]) -> str:
         """The stage after a reference in an agent's input (bounds: :func:`fit_rest_of_input`)."""
-        kind = next((kind for kind in offered_kinds(self.registry) if kind.block == opened.block), None)
+        kind = self.registry.resolve(opened.block)
         if kind is None:  # only text written under this constraint's grammar reaches here
             raise GrammarError(f"agent A{opened.agent} is a {opened.block!r}, which the orchestration grammar "
                                "does not offer")

@@ -108,7 +108,7 @@ def _agent_tail(k: int, dom: str) -> str:
                                               if dom == "low" else "") + "</agent>"
 
 
-def _after_input(k: int, kind: AgentKind, params: str, dom: str) -> str:
+def _after_input(k: int, params: str, dom: str) -> str:
     """What follows ``</agent_input>``: the kind's parameters (``params``, their grammar) and the closing markup."""
     return (f"{params} " if params else "") + lit(_agent_tail(k, dom))
 
@@ -122,7 +122,7 @@ def _agent_rules(k: int, kinds: list[AgentKind], limits: GrammarLimits, params: 
                                                          else "") + "  <agent_name>")
              + " (" + " | ".join(alternatives) + ")"]
     for kind in kinds:
-        after = _after_input(k, kind, params[kind.name], dom)
+        after = _after_input(k, params[kind.name], dom)
         if staged:
             body = _input_to_stage_end(k, limits.input_chars, after)
         else:
@@ -297,8 +297,7 @@ def agent_markup_chars(k: int, dom: Dom, registry: AgentRegistry | None) -> int:
     kinds = offered_kinds(registry)
     longest = 0
     for kind in kinds:
-        tags = sum(2 * len(kind.xml_tag(p)) + 10 for p in kind.params.model_fields)
-        longest = max(longest, len(kind.block) + tags)
+        longest = max(longest, len(kind.block) + _param_tags_chars(kind))
     fixed = len("\n<agent>\n  <agent_name></agent_name>\n  <agent_description></agent_description>\n"
                 "  <required_arguments>\n    <agent_input></agent_input>\n  </required_arguments>\n</agent>")
     ident = len(f"  <agent_id>{agent_id(k)}</agent_id>\n") if dom == "high" else len(
@@ -349,8 +348,12 @@ def input_rest_markup_chars(k: int, kind: AgentKind, dom: Dom) -> int:
         kind: The agent's kind.
         dom: The degree of MAS.
     """
-    tags = sum(2 * len(kind.xml_tag(p)) + 10 for p in kind.params.model_fields)
-    return len("</agent_input>") + tags + len(_agent_tail(k, dom))
+    return len("</agent_input>") + _param_tags_chars(kind) + len(_agent_tail(k, dom))
+
+
+def _param_tags_chars(kind: AgentKind) -> int:
+    """Characters of a kind's parameter tags, every one written (open and close tags, indent and newline)."""
+    return sum(2 * len(kind.xml_tag(p)) + 10 for p in kind.params.model_fields)
 
 
 def edges_chars(n: int) -> int:
@@ -438,7 +441,7 @@ def input_rest_grammar(k: int, kind: AgentKind, limits: GrammarLimits, *, dom: D
         dom: The degree of MAS.
         items: Items the input may still take (characters; a reference counts as one).
     """
-    after = _after_input(k, kind, params_grammar(kind, limits), dom)
+    after = _after_input(k, params_grammar(kind, limits), dom)
     return f"root ::= {_input_to_stage_end(k, items, after)}\n"
 
 
