@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -157,6 +158,46 @@ def check_sqlite_file(path: str | Path, *, lock_timeout: float | None = None) ->
     return target
 
 
+#: Seconds between tries to switch a file to WAL journaling while another connection holds it.
+_WAL_RETRY_S = 0.05
+_WAL_PRAGMA = "PRAGMA journal_mode=WAL"
+
+
+def _locked(exc: sqlite3.Error) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
+
+
+def _switch_to_wal(conn: sqlite3.Connection, lock_timeout: float) -> None:
+    """Put the file in WAL journaling (the savers' setup does it too), waiting up to ``lock_timeout`` seconds.
+
+    Switching a file's journal mode needs it to itself, and SQLite answers "database is locked" at once, without
+    its busy timeout, while another connection uses the file: two runs of one server opening a new file together
+    failed so. Once the file is in WAL mode (it stays so), the setup's own switch has nothing to do.
+    """
+    deadline = time.monotonic() + lock_timeout
+    while True:
+        try:
+            conn.execute(_WAL_PRAGMA)
+            return
+        except sqlite3.Error as exc:
+            if not _locked(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(_WAL_RETRY_S)
+
+
+async def _switch_to_wal_async(conn: Any, lock_timeout: float) -> None:
+    """:func:`_switch_to_wal` on an ``aiosqlite`` connection, waiting without blocking the event loop."""
+    deadline = time.monotonic() + lock_timeout
+    while True:
+        try:
+            await conn.execute(_WAL_PRAGMA)
+            return
+        except sqlite3.Error as exc:
+            if not _locked(exc) or time.monotonic() >= deadline:
+                raise
+        await asyncio.sleep(_WAL_RETRY_S)
+
+
 def _sqlite_extra() -> None:
     try:
         import langgraph.checkpoint.sqlite  # noqa: F401
@@ -195,6 +236,7 @@ def open_sqlite_checkpointer(
     try:
         saver = SqliteSaver(conn, serde=checkpoint_serde())
         try:
+            _switch_to_wal(conn, lock_timeout)
             conn.execute(pragma)
             saver.setup()
         except sqlite3.Error as exc:
@@ -240,6 +282,7 @@ async def open_async_sqlite_checkpointer(
     try:
         saver = AsyncSqliteSaver(conn, serde=checkpoint_serde())
         try:
+            await _switch_to_wal_async(conn, lock_timeout)
             await conn.execute(pragma)
             await saver.setup()
         except sqlite3.Error as exc:
