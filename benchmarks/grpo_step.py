@@ -32,6 +32,9 @@ calculator as sub-agent) for ``--steps`` steps with ``--profile-phases``, one af
   key/values taken from the rollouts' prefill);
 * ``promptrun``: the same, but the training forward runs each prompt itself without gradient instead of taking
   the rollouts' key/values (``benchmarks/grpo_variant.py``);
+* ``top15``, ``top10``: the recipe with its adapters on the last 15 or 10 decoder layers only
+  (``--lora-layers N``; the backward stops at the lowest adapted layer) instead of the recipe's setting (run them
+  with ``--cases after,top15,top10``: each is compared with the first case run);
 * ``after``: the recipe as it is (batched rollouts sampled in eval mode from merged LoRA weights with freed
   heap memory reused while decoding, shared-prefix packed forward of each completion up to its end, no
   dropout, gradient checkpointing, whole group in one micro-batch, heap released, grouped-query attention in
@@ -82,6 +85,8 @@ CASES: dict[str, tuple[list[str], dict[str, str]]] = {
     "decodepass": ([], {}),
     "nopromptgrad": (["--prompt-grad", "false"], {}),
     "promptrun": (["--prompt-grad", "false"], {}),
+    "top15": (["--lora-layers", "15"], {}),
+    "top10": (["--lora-layers", "10"], {}),
     "after": ([], {}),
 }
 #: Cases whose "before" is no flag any more: run through benchmarks/grpo_variant.py, which undoes the change.

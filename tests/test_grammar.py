@@ -465,6 +465,27 @@ def test_budgets_hold_with_the_real_tokenizer_for_any_sampler(dom, agents, budge
 
 
 @pytest.mark.skipif(not _HAVE_EMBEDDED, reason="embedded model not installed (scripts/install.sh)")
+def test_the_compiled_grammar_cache_stays_within_its_bound(monkeypatch) -> None:
+    """Staged decoding compiles a grammar per stage and length bound, and xgrammar's default cache keeps every
+    compiled grammar: the compiler is built with a byte bound."""
+    from transformers import AutoTokenizer
+
+    from mas_orchestra.local import decoding
+    from mas_orchestra.local.embedded import embedded_model_dir
+
+    limit = 2 * 2**20
+    monkeypatch.setattr(decoding, "GRAMMAR_CACHE_BYTES", limit)
+    tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())  # a new tokenizer: a new compiler
+    compiler = decoding.grammar_compiler(tokenizer, len(tokenizer), decoding.stop_token_ids(None, tokenizer))
+    constraint = OrchestrationConstraint(dom="high", registry=offered_registry(None, agents=["cot", "sc"]))
+    grammars = {constraint.grammar(budget, staged=True) for budget in range(200, 440, 16)}
+    assert len(grammars) == 15  # distinct: each its own cache entry
+    sizes = [compiler.compile_grammar(grammar).memory_size_bytes for grammar in grammars]
+    assert sum(sizes) > 2 * limit  # they would not all fit
+    assert 0 < compiler.get_cache_size_bytes() <= limit * 1.25
+
+
+@pytest.mark.skipif(not _HAVE_EMBEDDED, reason="embedded model not installed (scripts/install.sh)")
 def test_whole_character_mask_blocks_byte_pieces_only() -> None:
     from transformers import AutoTokenizer
 

@@ -426,6 +426,8 @@ def test_config_errors(tmp_path, capsys):
     assert "needs --vllm-server-base-url" in capsys.readouterr().err
     with pytest.raises(TrainingConfigError, match=r"logging_steps=0: must be > 0.*eval_steps=2\.5: must be a whole"):
         OrchestraGRPOConfig(logging_steps=0, eval_steps=2.5)
+    with pytest.raises(TrainingConfigError, match=r"lora_layers=0: must be >= 1 \(or null"):
+        OrchestraGRPOConfig(lora_layers=0)
     with pytest.raises(TrainingConfigError, match=r"head_chunk_logits=-1: must be >= 0"):
         OrchestraGRPOConfig(head_chunk_logits=-1)
     with pytest.raises(TrainingConfigError, match=r"prompt_grad=false: .* set shared_prefix: true"):

@@ -547,6 +547,64 @@ def test_checkpointing_every_n_layers_survives_trl_switching_it_off_and_on(tiny)
             torch.testing.assert_close(grad, results[0][name], atol=1e-5, rtol=1e-4)
 
 
+def test_adapters_on_the_last_layers_put_lora_there_and_stop_the_backward_at_them(tiny) -> None:  # type: ignore[no-untyped-def]
+    from peft import get_peft_model
+
+    from training.config import OrchestraGRPOConfig
+    from training.grpo import lora_config
+    from training.hooks import backward_from_adapted_layers
+
+    path, tokenizer, auto = tiny
+    layers = int(auto.from_pretrained(path).config.num_hidden_layers)
+    assert layers >= 2
+    config = lora_config(OrchestraGRPOConfig(lora_layers=1, lora_dropout=0.0), str(path))
+    assert config.layers_to_transform == [layers - 1]
+    assert set(config.target_modules) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                          "down_proj"}  # all-linear, spelled out for PEFT's layer list
+    assert lora_config(OrchestraGRPOConfig(), str(path)).layers_to_transform is None
+    with pytest.raises(ValueError, match=rf"lora_layers={layers + 1}: .* has {layers} decoder layers"):
+        lora_config(OrchestraGRPOConfig(lora_layers=layers + 1), str(path))
+    with pytest.raises(ValueError, match=r"lora_target: nosuch_proj not among .*q_proj"):
+        lora_config(OrchestraGRPOConfig(lora_layers=1, lora_target="q_proj,nosuch_proj"), str(path))
+
+    config.init_lora_weights = False  # non-zero B: the adapter changes outputs
+    ids, mask, _keep = _batch(tokenizer)
+    grads, lowest_needs_grad = {}, {}
+    for stop_early in (False, True):
+        torch.manual_seed(0)
+        model = get_peft_model(auto.from_pretrained(path), config)
+        model.train()
+        inner = model.get_base_model()
+        inner.gradient_checkpointing_enable({"use_reentrant": False})  # registers the input-grad hook
+        if stop_early:
+            backward_from_adapted_layers(model)
+            inner.gradient_checkpointing_disable()  # TRL around each generation: off, then on again
+            inner.gradient_checkpointing_enable({"use_reentrant": False})
+        seen: list[bool] = []
+        hook = inner.model.layers[0].register_forward_hook(
+            lambda module, args, out, seen=seen: seen.append((out[0] if isinstance(out, tuple) else out).requires_grad))
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        (logits[mask.bool()].logsumexp(-1).sum()).backward()
+        hook.remove()
+        lowest_needs_grad[stop_early] = seen[0]
+        grads[stop_early] = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+        assert all(f".layers.{layers - 1}." in n for n in grads[stop_early])
+    # the unadapted first layer left the autograd graph: the backward stops above it, with the same gradients
+    assert lowest_needs_grad == {False: True, True: False}
+    for name, grad in grads[True].items():
+        torch.testing.assert_close(grad, grads[False][name])
+
+
+def test_reentrant_checkpointing_keeps_the_input_gradients(tiny) -> None:  # type: ignore[no-untyped-def]
+    from training.hooks import backward_from_adapted_layers
+
+    model = _peft(tiny)
+    inner = model.get_base_model()
+    inner.gradient_checkpointing_enable({"use_reentrant": True})
+    backward_from_adapted_layers(model, reentrant=True)
+    assert inner._require_grads_hooks  # reentrant checkpointing needs them to reach the adapters
+
+
 def test_rollouts_prefill_in_the_training_precision_on_the_calling_thread(tiny, monkeypatch,  # type: ignore[no-untyped-def]
                                                                           prefill_dtypes) -> None:
     import threading

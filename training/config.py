@@ -193,6 +193,9 @@ class OrchestraGRPOConfig(GRPOConfig):
     lora_dropout: float = field(default=0.05, metadata=_help("LoRA dropout"))
     lora_target: str = field(default="all-linear", metadata=_help(
         "LoRA target modules: all-linear, or a comma list of module names (e.g. q_proj,v_proj)"))
+    lora_layers: int | None = field(default=None, metadata=_help(
+        "adapt only the last N decoder layers (null: all); the backward then stops at the lowest adapted layer, "
+        "so its recomputation and backward cost ~N / layers of the full one"))
     # -- run ------------------------------------------------------------------------------------------------
     output_dir: str | None = field(default="runs/grpo-smoke", metadata=_help(
         "where the adapter, checkpoints, trainer_state.json and the merged model go"))

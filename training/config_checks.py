@@ -50,6 +50,8 @@ def problems(cfg: Any) -> list[str]:
                  "vllm_tensor_parallel_size", "checkpoint_every_n_layers", "eval_steps", "val_samples"):
         if (getattr(cfg, name) or 0) < 1:
             found.append(f"{name}={getattr(cfg, name)!r}: must be >= 1")
+    if cfg.lora_layers is not None and cfg.lora_layers < 1:
+        found.append(f"lora_layers={cfg.lora_layers!r}: must be >= 1 (or null: every decoder layer)")
     for name in ("logging_steps", "save_steps"):  # below 1: a share of max_steps (TrainingArguments)
         if not getattr(cfg, name) > 0:
             found.append(f"{name}={getattr(cfg, name)!r}: must be > 0 (>= 1: every N steps)")

@@ -161,6 +161,49 @@ def _save_config(cfg: OrchestraGRPOConfig, path: Path) -> None:
     path.write_text(yaml.safe_dump(json.loads(cfg.to_json_string()), sort_keys=False), encoding="utf-8")
 
 
+def lora_config(cfg: OrchestraGRPOConfig, model_path: str) -> Any:
+    """PEFT's ``LoraConfig`` for the run; with ``lora_layers``, the adapters go on the model's last N decoder layers.
+
+    PEFT takes a layer list only with module names, so ``all-linear`` is spelled out there: the names of the
+    linear layers inside the decoder layers of the model's architecture (built on the meta device: no weights).
+
+    Args:
+        cfg: The training config.
+        model_path: The orchestrator's folder (its ``config.json`` gives the layer count).
+
+    Returns:
+        The ``LoraConfig``.
+
+    Raises:
+        ValueError: ``lora_layers`` above the model's layer count, or target modules not in its decoder layers.
+    """
+    from peft import LoraConfig
+
+    targets = cfg.lora_target_modules
+    layers = None
+    if cfg.lora_layers is not None:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        model_config = AutoConfig.from_pretrained(model_path)
+        count = int(model_config.num_hidden_layers)
+        if cfg.lora_layers > count:
+            raise ValueError(f"lora_layers={cfg.lora_layers}: {model_path} has {count} decoder layers; give 1 to "
+                             f"{count}, or null for all of them")
+        with torch.device("meta"):
+            skeleton = AutoModelForCausalLM.from_config(model_config)
+        in_layers = {name.rsplit(".", 1)[-1] for name, module in skeleton.named_modules()
+                     if isinstance(module, torch.nn.Linear) and ".layers." in name}
+        if targets == "all-linear":
+            targets = sorted(in_layers)
+        elif missing := sorted(set(targets) - in_layers):
+            raise ValueError(f"lora_target: {', '.join(missing)} not among the decoder layers' linear modules of "
+                             f"{model_path} ({', '.join(sorted(in_layers))})")
+        layers = list(range(count - cfg.lora_layers, count))
+    return LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                      target_modules=targets, layers_to_transform=layers, task_type="CAUSAL_LM")
+
+
 def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
     """Train as configured; returns a summary (paths, per-step metrics, step times, peak memory).
 
@@ -177,7 +220,6 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
     if cfg.use_vllm:
         _check_vllm(cfg)
     import torch
-    from peft import LoraConfig
     from transformers import AutoTokenizer
 
     from mas_orchestra.bench.training_curve import compare_windows, curve_from_history
@@ -213,10 +255,7 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
         build_dataset(cfg.dataset, cfg.dom, registry=registry, limit=cfg.limit, prompt=cfg.prompt),
         tokenizer, cfg.max_prompt_length,
     )
-    peft_config = LoraConfig(
-        r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-        target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM",
-    )
+    peft_config = lora_config(cfg, model_path)
     timer = StepTimer()
     callbacks: list[Any] = [timer]
     if cfg.release_memory and not cuda:  # before the model loads: its blocks too are returned when freed

@@ -16,6 +16,8 @@ decided its ``auto`` options from the hardware: on a CPU):
   reaches every trainable parameter, without the model's forward, where the loss is exactly 0
   (:func:`zero_advantage_skippable`);
 * **checkpointing every n-th layer**: the model's private ``_set_gradient_checkpointing`` keeps ``every_n_layers``;
+* **the backward from the adapted layers only** (``lora_layers``): the model's ``enable_input_require_grads`` hook
+  is removed and made a no-op (:func:`backward_from_adapted_layers`);
 * **phase profiling**: TRL's private ``_generate_single_turn`` and ``_calculate_rewards``, ``compute_loss``, the
   accelerator's ``backward`` and the optimizer's ``step`` are timed (:mod:`training.profiling`);
 
@@ -31,8 +33,8 @@ import logging
 import types
 from typing import Any
 
-__all__ = ["checkpoint_every_n_layers", "forced_token_keep_mask", "install_trainer_hooks", "shared_prefix_refusal",
-           "zero_advantage_skippable"]
+__all__ = ["backward_from_adapted_layers", "checkpoint_every_n_layers", "forced_token_keep_mask",
+           "install_trainer_hooks", "shared_prefix_refusal", "zero_advantage_skippable"]
 
 log = logging.getLogger("training.trainer")
 
@@ -57,6 +59,9 @@ def install_trainer_hooks(trainer: Any, tokenizer: Any, constraint: Any, cfg: An
         prefer_grouped_query_attention("cpu")  # the packed training forward has a mask too
     if cfg.checkpoint_every_n_layers > 1:
         checkpoint_every_n_layers(trainer.model, cfg.checkpoint_every_n_layers)
+    if cfg.lora_layers is not None:
+        backward_from_adapted_layers(trainer.model,
+                                     reentrant=bool((cfg.gradient_checkpointing_kwargs or {}).get("use_reentrant")))
     if cfg.skip_zero_advantage:
         _install_zero_advantage_skip(trainer)  # before the profiler, which then times the skipped call too
     if cfg.profile_phases:
@@ -250,6 +255,27 @@ def shared_prefix_refusal(model: Any, input_ids: Any, logits_to_keep: int, compu
         return (f"a packed micro-batch of up to {packed} tokens exceeds {MAX_PACKED_TOKENS} (its dense "
                 "attention mask grows with the square)")
     return None
+
+
+def backward_from_adapted_layers(model: Any, *, reentrant: bool = False) -> None:
+    """Let the backward stop at the lowest decoder layer that holds an adapter.
+
+    With activation checkpointing, transformers, PEFT and TRL make the input embeddings' output require a
+    gradient (``enable_input_require_grads``, again every time TRL turns checkpointing back on): reentrant
+    checkpointing needs it to reach the adapters. Non-reentrant checkpointing (transformers' default) does not,
+    and with adapters on the last layers only it would make the backward run through every layer below them for
+    gradients nothing uses. So the hook is removed and later calls do nothing. Reentrant checkpointing
+    (``gradient_checkpointing_kwargs`` ``use_reentrant: true``) keeps it.
+
+    Args:
+        model: The PEFT model (its base model is patched).
+        reentrant: The run checkpoints reentrantly (then nothing changes).
+    """
+    if reentrant:
+        return
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    inner.disable_input_require_grads()
+    inner.enable_input_require_grads = lambda: None
 
 
 def checkpoint_every_n_layers(model: Any, every_n_layers: int) -> None:
