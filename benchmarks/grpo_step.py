@@ -32,6 +32,9 @@ calculator as sub-agent) for ``--steps`` steps with ``--profile-phases``, one af
   key/values taken from the rollouts' prefill);
 * ``promptrun``: the same, but the training forward runs each prompt itself without gradient instead of taking
   the rollouts' key/values (``benchmarks/grpo_variant.py``);
+* ``kcache1024``: the recipe with PyTorch's ideep and oneDNN kernel caches at their library default of 1024
+  entries each instead of :data:`mas_orchestra.local.precision.KERNEL_CACHE_ENTRIES` (run ``--cases
+  after,kcache1024``);
 * ``top15``, ``top10``: the recipe with its adapters on the last 15 or 10 decoder layers only
   (``--lora-layers N``; the backward stops at the lowest adapted layer) instead of the recipe's setting (run them
   with ``--cases after,top15,top10``: each is compared with the first case run);
@@ -85,6 +88,7 @@ CASES: dict[str, tuple[list[str], dict[str, str]]] = {
     "decodepass": ([], {}),
     "nopromptgrad": (["--prompt-grad", "false"], {}),
     "promptrun": (["--prompt-grad", "false"], {}),
+    "kcache1024": ([], {"LRU_CACHE_CAPACITY": "1024", "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "1024"}),
     "top15": (["--lora-layers", "15"], {}),
     "top10": (["--lora-layers", "10"], {}),
     "after": ([], {}),

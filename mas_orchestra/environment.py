@@ -375,8 +375,8 @@ def prefer_library_default(name: str, value: str) -> None:
     """Set a third-party library's switch to ``value`` unless the user has set it.
 
     Only for switches a library reads from the environment and offers no other way to set (transformers'
-    ``TRANSFORMERS_SDPA_FORCE_GQA``, tokenizers' ``TOKENIZERS_PARALLELISM``); the single place in the project that
-    writes ``os.environ``.
+    ``TRANSFORMERS_SDPA_FORCE_GQA``, tokenizers' ``TOKENIZERS_PARALLELISM``, the capacities of PyTorch's ideep and
+    oneDNN kernel caches); the single place in the project that writes ``os.environ``.
 
     Args:
         name: The switch (one of :data:`LIBRARY_SWITCHES`).
@@ -390,7 +390,9 @@ def prefer_library_default(name: str, value: str) -> None:
     os.environ.setdefault(name, value)
 
 
-LIBRARY_SWITCHES: frozenset[str] = frozenset({"TRANSFORMERS_SDPA_FORCE_GQA", "TOKENIZERS_PARALLELISM"})
+LIBRARY_SWITCHES: frozenset[str] = frozenset({
+    "TRANSFORMERS_SDPA_FORCE_GQA", "TOKENIZERS_PARALLELISM", "LRU_CACHE_CAPACITY", "ONEDNN_PRIMITIVE_CACHE_CAPACITY",
+})
 """Third-party switches :func:`prefer_library_default` may set (each a documented library default)."""
 
 

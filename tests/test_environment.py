@@ -198,6 +198,14 @@ def test_library_switches_never_override_the_user(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv("TOKENIZERS_PARALLELISM")
     environment.prefer_library_default("TOKENIZERS_PARALLELISM", "false")
     assert os.environ["TOKENIZERS_PARALLELISM"] == "false"
+    for name in ("LRU_CACHE_CAPACITY", "ONEDNN_PRIMITIVE_CACHE_CAPACITY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LRU_CACHE_CAPACITY", "512")  # the user's value stays
+    from mas_orchestra.local.precision import KERNEL_CACHE_ENTRIES, bound_kernel_caches
+
+    bound_kernel_caches()
+    assert os.environ["LRU_CACHE_CAPACITY"] == "512"
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(KERNEL_CACHE_ENTRIES)
     with pytest.raises(KeyError, match="not a library switch"):
         environment.prefer_library_default("PATH", "/tmp")
 

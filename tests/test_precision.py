@@ -77,3 +77,45 @@ def test_a_bf16_prefill_decodes_and_caches_in_float32(prefill_dtypes) -> None:  
     assert replies["bfloat16"].usage_metadata["input_tokens"] >= MIN_BF16_PREFILL_TOKENS
     for reply in replies.values():
         assert reply.usage_metadata["output_tokens"] > 0 and reply.content.strip()
+
+
+_KERNEL_CACHE_PROBE = """
+import ctypes, os, sys
+libc = ctypes.CDLL("libc.so.6")
+libc.mallopt(-3, 1 << 20)  # blocks >= 1 MiB mmapped, returned when freed (as a training run sets it)
+libc.mallopt(-1, 1 << 20)
+import torch
+from mas_orchestra.local.precision import bound_kernel_caches
+if sys.argv[1] != "default":
+    bound_kernel_caches(int(sys.argv[1]))
+def rss():
+    libc.malloc_trim(0)
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+torch.set_num_threads(1)
+layer = torch.nn.Linear(576, 1536)
+with torch.autocast("cpu", dtype=torch.bfloat16):  # warm up: the kernels every length shares
+    layer(torch.randn(64, 576, requires_grad=True)).sum().backward()
+start = rss()
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    for length in range(1000, 1100):  # a new sequence length per "step", as packed training batches have
+        layer(torch.randn(length, 576, requires_grad=True)).sum().backward()
+print(rss() - start)
+"""
+
+
+@pytest.mark.skipif(not precision.cpu_has_native_bf16(), reason="bf16 products go through oneDNN on native-bf16 CPUs")
+def test_bounded_kernel_caches_stop_growing_with_new_shapes(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """oneDNN makes and caches a kernel per shape; 100 new lengths grew the process by ~200 MiB unbounded."""
+    import subprocess
+    import sys
+
+    for name in ("LRU_CACHE_CAPACITY", "ONEDNN_PRIMITIVE_CACHE_CAPACITY"):
+        monkeypatch.delenv(name, raising=False)
+    growth = {}
+    for entries in ("default", "8"):
+        out = subprocess.run([sys.executable, "-c", _KERNEL_CACHE_PROBE, entries], capture_output=True, text=True,
+                             check=True, timeout=300)
+        growth[entries] = int(out.stdout.strip().splitlines()[-1])
+    assert growth["default"] > 60 * 2**20, growth  # the unbounded caches keep every length's kernels
+    assert growth["8"] < growth["default"] / 3, growth

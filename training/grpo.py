@@ -216,6 +216,9 @@ def run(cfg: OrchestraGRPOConfig) -> dict[str, Any]:
     from mas_orchestra import environment
 
     environment.prefer_library_default("TOKENIZERS_PARALLELISM", "false")
+    from mas_orchestra.local.precision import bound_kernel_caches
+
+    bound_kernel_caches()  # before any bf16 product: every step's new sequence lengths would grow them
     started = time.perf_counter()
     if cfg.use_vllm:
         _check_vllm(cfg)

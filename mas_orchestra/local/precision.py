@@ -39,10 +39,12 @@ from mas_orchestra import environment
 from mas_orchestra.errors import MasOrchestraError
 
 __all__ = [
+    "KERNEL_CACHE_ENTRIES",
     "MIN_BF16_PREFILL_TOKENS",
     "PREFILL_DTYPE_ENV_VAR",
     "PREFILL_PRECISIONS",
     "PrecisionError",
+    "bound_kernel_caches",
     "cast_cache",
     "cpu_has_native_bf16",
     "prefill_autocast",
@@ -54,6 +56,29 @@ PREFILL_DTYPE_ENV_VAR = "MAS_PREFILL_DTYPE"
 PREFILL_PRECISIONS: tuple[str, ...] = ("auto", "float32", "bfloat16")
 MIN_BF16_PREFILL_TOKENS = 64
 _NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+#: Entries each of PyTorch's CPU kernel caches keeps (ideep's ``LRU_CACHE_CAPACITY``, oneDNN's
+#: ``ONEDNN_PRIMITIVE_CACHE_CAPACITY``; both 1024 by default). bf16 matrix products go through oneDNN, whose
+#: kernels are made and cached per shape: a training step's packed sequence has a new length every step, and a
+#: forward and backward of 200 distinct lengths of one linear layer kept 423 MiB (2 threads, heap trimmed), with
+#: both caches at 128 entries 118 MiB. 256: room for several training steps' new shapes (~40 a step) besides
+#: the ones every step uses. Side by side (``benchmarks/grpo_step.py --cases after,kcache1024``) a wiring step
+#: took 88.5 s at 256 and 83.7 s at 1024 (0.945x; not shown to be more than noise).
+KERNEL_CACHE_ENTRIES = 256
+
+
+def bound_kernel_caches(entries: int = KERNEL_CACHE_ENTRIES) -> None:
+    """Bound the entries of PyTorch's ideep and oneDNN kernel caches, unless the user has set them.
+
+    The libraries read the capacities when they first make a kernel: call this before the first bf16 product.
+    A training run on a CPU does (its resident size grew by 35-40 MiB a step without it).
+
+    Args:
+        entries: Most cached kernels per cache.
+    """
+    for name in ("LRU_CACHE_CAPACITY", "ONEDNN_PRIMITIVE_CACHE_CAPACITY"):
+        environment.prefer_library_default(name, str(int(entries)))
 
 
 class PrecisionError(MasOrchestraError, ValueError):
