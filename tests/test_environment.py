@@ -4,6 +4,7 @@ and no module outside it reading our variables or writing ``os.environ``."""
 from __future__ import annotations
 
 import ast
+import os
 import re
 import warnings
 from pathlib import Path
@@ -190,8 +191,6 @@ def test_one_cache_root_for_model_prefixes_and_search(monkeypatch: pytest.Monkey
 
 
 def test_library_switches_never_override_the_user(monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
-
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "true")
     environment.prefer_library_default("TOKENIZERS_PARALLELISM", "false")
     assert os.environ["TOKENIZERS_PARALLELISM"] == "true"
@@ -208,6 +207,19 @@ def test_library_switches_never_override_the_user(monkeypatch: pytest.MonkeyPatc
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(KERNEL_CACHE_ENTRIES)
     with pytest.raises(KeyError, match="not a library switch"):
         environment.prefer_library_default("PATH", "/tmp")
+
+
+def test_loading_a_local_model_bounds_the_kernel_caches(monkeypatch, tiny) -> None:  # type: ignore[no-untyped-def]
+    # A served model prefills prompts of many lengths in bf16: without the bound each length keeps a kernel.
+    from mas_orchestra.local.engine import clear_loaded_models, load_engine
+    from mas_orchestra.local.precision import KERNEL_CACHE_ENTRIES
+
+    for name in ("LRU_CACHE_CAPACITY", "ONEDNN_PRIMITIVE_CACHE_CAPACITY"):
+        monkeypatch.delenv(name, raising=False)
+    clear_loaded_models()  # a model loaded by an earlier test would be returned without loading
+    load_engine(tiny[0])
+    assert os.environ["LRU_CACHE_CAPACITY"] == str(KERNEL_CACHE_ENTRIES)
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(KERNEL_CACHE_ENTRIES)
 
 
 def test_served_graph_reads_the_environment_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:

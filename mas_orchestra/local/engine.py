@@ -25,6 +25,7 @@ from typing import Any
 
 from mas_orchestra.local.embedded import SMOLLM2_CHAT_TEMPLATE, require_torch_transformers
 from mas_orchestra.local.options import LocalEngineOptions
+from mas_orchestra.local.precision import bound_kernel_caches
 
 __all__ = ["LocalEngine", "LocalReply", "PendingReply", "Sampling", "clear_loaded_models", "load_engine"]
 
@@ -261,6 +262,9 @@ def load_engine(path: str | Path, device: str = "cpu") -> LocalEngine:
         if not Path(key[0]).exists():
             raise FileNotFoundError(f"model path does not exist: {path}")
         require_torch_transformers()
+        # Before the first bf16 product: prompts of many lengths are prefilled in bf16, and each new length
+        # would add a kernel to caches that keep 1024 entries unless bounded.
+        bound_kernel_caches()
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         t0 = time.perf_counter()
