@@ -35,6 +35,8 @@ calculator as sub-agent) for ``--steps`` steps with ``--profile-phases``, one af
 * ``kcache1024``: the recipe with PyTorch's ideep and oneDNN kernel caches at their library default of 1024
   entries each instead of :data:`mas_orchestra.local.precision.KERNEL_CACHE_ENTRIES` (run ``--cases
   after,kcache1024``);
+* ``recomputeattn``: the recipe with each layer's attention recomputed in backward under checkpointing
+  (``--checkpoint-keeps-attention false``) instead of kept from the forward (:func:`training.hooks.keep_attention_outputs`);
 * ``top15``, ``top10``: the recipe with its adapters on the last 15 or 10 decoder layers only
   (``--lora-layers N``; the backward stops at the lowest adapted layer) instead of the recipe's setting (run them
   with ``--cases after,top15,top10``: each is compared with the first case run);
@@ -48,7 +50,7 @@ calculator as sub-agent) for ``--steps`` steps with ``--profile-phases``, one af
 Per case: mean seconds per phase over the steps after the first (the first carries one-off warm-up), the highest
 peak RSS of each phase, the step wall, and ``ratio`` = case / the first case run; the last lines compare
 ``after`` with ``unmerged``, ``float32``, ``unchunked``, ``f32decode``, ``padded``, ``concatkv``, ``heapreuse``,
-``densemask``, ``decodepass``, ``nopromptgrad`` and ``promptrun`` phase by phase. ``--recipe`` runs
+``densemask``, ``decodepass``, ``nopromptgrad``, ``promptrun`` and ``recomputeattn`` phase by phase. ``--recipe`` runs
 another recipe (e.g. ``recipes/cpu_wiring.yaml``, whose eight ~300-token completions per step make the head's
 memory show).
 
@@ -91,6 +93,7 @@ CASES: dict[str, tuple[list[str], dict[str, str]]] = {
     "kcache1024": ([], {"LRU_CACHE_CAPACITY": "1024", "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "1024"}),
     "top15": (["--lora-layers", "15"], {}),
     "top10": (["--lora-layers", "10"], {}),
+    "recomputeattn": (["--checkpoint-keeps-attention", "false"], {}),
     "after": ([], {}),
 }
 #: Cases whose "before" is no flag any more: run through benchmarks/grpo_variant.py, which undoes the change.
@@ -166,7 +169,7 @@ def main() -> None:
         print(f"{row['case']}/{rows[0]['case']}: step {row['ratio']}, peak RSS {row['peak_rss_ratio']}, "
               + ", ".join(f"{p} {row[f'{p}_ratio']}" for p in PHASES if f"{p}_ratio" in row))
     for other in ("unmerged", "float32", "unchunked", "f32decode", "padded", "concatkv", "heapreuse", "densemask",
-                  "decodepass", "nopromptgrad", "promptrun"):  # the one change each case leaves out, against the recipe as it is
+                  "decodepass", "nopromptgrad", "promptrun", "recomputeattn"):  # the one change each case leaves out, against the recipe as it is
         if "after" in by_case and other in by_case and rows[0]["case"] != other:
             after = by_case["after"]
             _ratios(after, by_case[other], prefix=f"vs_{other}_")

@@ -71,15 +71,28 @@ def test_transformers_cache_internals() -> None:
 def test_transformers_model_private_methods() -> None:
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
-    # training.hooks.checkpoint_every_n_layers wraps it and passes every_n_layers
+    # training.hooks.checkpoint_every_n_layers and keep_attention_outputs wrap it and pass every_n_layers and the
+    # checkpoint function (third, positionally)
     params = _parameters(PreTrainedModel._set_gradient_checkpointing)
-    assert params[:2] == ["self", "enable"] and "every_n_layers" in params
+    assert params[:3] == ["self", "enable", "gradient_checkpointing_func"] and "every_n_layers" in params
     # the batcher passes the cache under whichever name forward takes
     forward = _parameters(LlamaForCausalLM.forward)
     assert ("cache" in forward or "past_key_values" in forward) and "logits_to_keep" in forward
     assert "position_ids" in forward and "attention_mask" in forward
     config = LlamaConfig(vocab_size=8, hidden_size=8, intermediate_size=8, num_hidden_layers=1, num_attention_heads=2)
     assert callable(getattr(LlamaForCausalLM(config), "_set_gradient_checkpointing", None))
+
+
+def test_torch_selective_checkpointing() -> None:
+    import torch
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts  # noqa: F401
+
+    from training.hooks import ATTENTION_OPS
+
+    # training.hooks.keep_attention_outputs: without the CPU kernel the attention would be recomputed again
+    assert ATTENTION_OPS[0] == "_scaled_dot_product_flash_attention_for_cpu"
+    assert hasattr(torch.ops.aten, ATTENTION_OPS[0])
+    assert {"MUST_SAVE", "PREFER_RECOMPUTE"} <= set(CheckpointPolicy.__members__)
 
 
 def test_torch_int4_kernels() -> None:

@@ -547,6 +547,47 @@ def test_checkpointing_every_n_layers_survives_trl_switching_it_off_and_on(tiny)
             torch.testing.assert_close(grad, results[0][name], atol=1e-5, rtol=1e-4)
 
 
+def test_checkpointing_keeps_the_attention_outputs_and_the_gradients(tiny) -> None:  # type: ignore[no-untyped-def]
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from training.hooks import ATTENTION_OPS, checkpoint_every_n_layers, keep_attention_outputs
+
+    class AttentionCalls(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            self.calls += func.overloadpacket.__name__ in ATTENTION_OPS
+            return func(*args, **(kwargs or {}))
+
+    ids, mask, _keep = _batch(tiny[1])
+    grads, calls = {}, {}
+    for keep, every in ((False, 1), (True, 1), (True, 2)):
+        model = _peft(tiny)
+        model.train()
+        inner = model.get_base_model()
+        if keep:
+            keep_attention_outputs(model)
+        if every > 1:  # both hooks wrap the same switch
+            checkpoint_every_n_layers(model, every)
+        inner.gradient_checkpointing_enable({"use_reentrant": False})
+        inner.gradient_checkpointing_disable()  # TRL around each generation: off, then on with its own arguments
+        inner.gradient_checkpointing_enable({"use_reentrant": False})
+        with AttentionCalls() as counter:
+            logits = model(input_ids=ids, attention_mask=mask).logits
+            (logits[mask.bool()].logsumexp(-1).sum()).backward()
+        calls[keep, every] = counter.calls
+        grads[keep, every] = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+    layers = int(inner.config.num_hidden_layers)
+    assert calls[False, 1] == 2 * layers  # each layer's attention: the forward, then its recomputation
+    assert calls[True, 1] == layers  # kept from the forward
+    assert calls[True, 2] == layers  # every 2nd layer checkpointed, none recomputes its attention
+    for case in ((True, 1), (True, 2)):
+        for name, grad in grads[case].items():
+            torch.testing.assert_close(grad, grads[False, 1][name], atol=1e-6, rtol=1e-5)
+
+
 def test_adapters_on_the_last_layers_put_lora_there_and_stop_the_backward_at_them(tiny) -> None:  # type: ignore[no-untyped-def]
     from peft import get_peft_model
 

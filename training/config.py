@@ -260,6 +260,10 @@ class OrchestraGRPOConfig(GRPOConfig):
     checkpoint_every_n_layers: int = field(default=1, metadata=_help(
         "with gradient checkpointing, recompute only every n-th decoder layer (transformers' every_n_layers; "
         "1 = every layer; 2 = half of them: a faster backward, more memory), kept across TRL's generation steps"))
+    checkpoint_keeps_attention: bool = field(default=True, metadata=_help(
+        "with (non-reentrant) gradient checkpointing, keep each layer's attention output from the forward instead "
+        "of recomputing it in backward (torch's selective checkpointing): a faster backward for one tokens x "
+        "hidden tensor per layer; the gradients are the same"))
     # -- vLLM -----------------------------------------------------------------------------------------------
     vllm_server_base_url: str | None = field(default=None, metadata=_help(
         "base URL of the `trl vllm-serve` server for vllm_mode server (e.g. http://127.0.0.1:8000)",
