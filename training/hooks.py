@@ -35,6 +35,7 @@ from __future__ import annotations
 import functools
 import logging
 import types
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["ATTENTION_OPS", "backward_from_adapted_layers", "checkpoint_every_n_layers", "forced_token_keep_mask",
@@ -321,15 +322,31 @@ def keep_attention_outputs(model: Any) -> None:
     from torch.utils.checkpoint import create_selective_checkpoint_contexts
 
     context_fn = functools.partial(create_selective_checkpoint_contexts, _keep_attention_policy)
+
+    def keep_attention(enable: bool, args: tuple[Any, ...],
+                       kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if not enable:
+            return args, kwargs
+        if args and args[0] is not None:  # the checkpoint function, passed positionally
+            return (functools.partial(args[0], context_fn=context_fn), *args[1:]), kwargs
+        if kwargs.get("gradient_checkpointing_func") is not None:  # as transformers passes it
+            func = functools.partial(kwargs["gradient_checkpointing_func"], context_fn=context_fn)
+            return args, {**kwargs, "gradient_checkpointing_func": func}
+        return args, kwargs
+
+    _wrap_checkpoint_switch(model, keep_attention)
+
+
+def _wrap_checkpoint_switch(model: Any, adjust: Callable[[bool, tuple[Any, ...], dict[str, Any]],
+                                                         tuple[tuple[Any, ...], dict[str, Any]]]) -> None:
+    """Wrap ``model``'s private ``_set_gradient_checkpointing`` so that every later switch passes its arguments
+    through ``adjust(enable, args, kwargs) -> (args, kwargs)`` first (TRL switches checkpointing off and on
+    around each step's generation with the checkpoint function's own keyword arguments only)."""
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     set_layers = inner._set_gradient_checkpointing
 
-    def set_gradient_checkpointing(enable: bool = True, gradient_checkpointing_func: Any = None, *args: Any,
-                                   **kwargs: Any) -> Any:
-        if gradient_checkpointing_func is not None:
-            if enable:
-                gradient_checkpointing_func = functools.partial(gradient_checkpointing_func, context_fn=context_fn)
-            return set_layers(enable, gradient_checkpointing_func, *args, **kwargs)
+    def set_gradient_checkpointing(enable: bool = True, *args: Any, **kwargs: Any) -> Any:
+        args, kwargs = adjust(enable, args, kwargs)
         return set_layers(enable, *args, **kwargs)
 
     inner._set_gradient_checkpointing = set_gradient_checkpointing
@@ -346,11 +363,7 @@ def checkpoint_every_n_layers(model: Any, every_n_layers: int) -> None:
         model: The model (a PEFT model's base model is patched).
         every_n_layers: Checkpoint every n-th decoder layer.
     """
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    set_layers = inner._set_gradient_checkpointing
+    def every_n(enable: bool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return args, {**kwargs, "every_n_layers": every_n_layers}
 
-    def set_gradient_checkpointing(enable: bool = True, *args: Any, **kwargs: Any) -> Any:
-        kwargs["every_n_layers"] = every_n_layers
-        return set_layers(enable, *args, **kwargs)
-
-    inner._set_gradient_checkpointing = set_gradient_checkpointing
+    _wrap_checkpoint_switch(model, every_n)
