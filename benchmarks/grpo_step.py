@@ -40,6 +40,9 @@ calculator as sub-agent) for ``--steps`` steps with ``--profile-phases``, one af
 * ``top15``, ``top10``: the recipe with its adapters on the last 15 or 10 decoder layers only
   (``--lora-layers N``; the backward stops at the lowest adapted layer) instead of the recipe's setting (run them
   with ``--cases after,top15,top10``: each is compared with the first case run);
+* ``keep4``: the recipe training on the 4 most varied of each group's rollouts (``--downsample-generations 4``,
+  :mod:`training.downsampling`; run ``--cases after,keep4``: the training phases see half the rows, the rollouts
+  are sampled as before);
 * ``after``: the recipe as it is (batched rollouts sampled in eval mode from merged LoRA weights with freed
   heap memory reused while decoding, shared-prefix packed forward of each completion up to its end, no
   dropout, gradient checkpointing, whole group in one micro-batch, heap released, grouped-query attention in
@@ -94,6 +97,7 @@ CASES: dict[str, tuple[list[str], dict[str, str]]] = {
     "top15": (["--lora-layers", "15"], {}),
     "top10": (["--lora-layers", "10"], {}),
     "recomputeattn": (["--checkpoint-keeps-attention", "false"], {}),
+    "keep4": (["--downsample-generations", "4"], {}),
     "after": ([], {}),
 }
 #: Cases whose "before" is no flag any more: run through benchmarks/grpo_variant.py, which undoes the change.

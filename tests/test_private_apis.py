@@ -45,6 +45,11 @@ def test_trl_grpo_trainer_private_methods() -> None:
     assert _parameters(GRPOTrainer._generate_and_score_completions)[:2] == ["self", "inputs"]
     scoring = inspect.getsource(GRPOTrainer._generate_and_score_completions)
     assert '"num_items_in_batch": num_items_in_batch' in scoring and 'output["tool_mask"]' in scoring
+    # downsample_generations reads the summed rewards from _calculate_rewards' per-function rewards, weighted as
+    # TRL weighs them, and recomputes the advantages of consecutive groups of num_generations rows
+    assert "rewards_per_func = self._calculate_rewards(" in scoring and "self.reward_weights" in scoring
+    assert "rewards.view(-1, num_generations)" in scoring and "split_tensor_dict(" in inspect.getsource(
+        GRPOTrainer._prepare_inputs)
     loss = inspect.getsource(GRPOTrainer._compute_loss)
     assert 'completion_mask * inputs["tool_mask"]' in loss and 'inputs["num_items_in_batch"]' in loss
     assert 'self._metrics = {"train": defaultdict(list)' in source

@@ -242,6 +242,12 @@ class OrchestraGRPOConfig(GRPOConfig):
         "wrong, or all right): with beta 0 and no entropy bonus its loss and gradient are exactly 0, so the "
         "parameters get zero gradients instead and the optimizer steps as it would (one process only; "
         "training/hooks.py); false = run it anyway"))
+    downsample_generations: int | None = field(default=None, metadata=_help(
+        "train on this many of each group's num_generations rollouts: the subset whose rewards vary most (the "
+        "k best and the rest worst; max-variance down-sampling, PODS), its advantages computed over the subset; "
+        "the forward and backward then see fewer rows while the group is still sampled whole (the logged reward, "
+        "structure metrics and rollouts.jsonl cover every rollout). One process only; training/downsampling.py. "
+        "null = train on every rollout"))
     release_memory: bool = field(default=True, metadata=_help(
         "CPU runs on glibc: give freed tensor memory back to the OS (large blocks mmapped, heap trimmed after "
         "every step) so the resident size does not ratchet up across steps (training/allocator.py)"))

@@ -65,6 +65,20 @@ def problems(cfg: Any) -> list[str]:
             f"per_device_train_batch_size x gradient_accumulation_steps = {completions} completions per device "
             f"and step must be a multiple of num_generations={cfg.num_generations}"
         )
+    if cfg.downsample_generations is not None:
+        keep = cfg.downsample_generations
+        per_step = cfg.steps_per_generation or cfg.gradient_accumulation_steps
+        if not 2 <= keep < (cfg.num_generations or 0):
+            found.append(f"downsample_generations={keep!r}: must be in [2, num_generations={cfg.num_generations!r}) "
+                         "(2: the least a group compares; null: train on every rollout)")
+        elif cfg.num_generations and (cfg.per_device_train_batch_size * per_step // cfg.num_generations * keep
+                                      ) % per_step:
+            found.append(f"downsample_generations={keep!r}: the kept rollouts of a generation batch "
+                         f"({cfg.per_device_train_batch_size * per_step // cfg.num_generations} groups x {keep}) "
+                         f"must split evenly into steps_per_generation={per_step} micro-batches")
+        if cfg.multi_objective_aggregation != "sum_then_normalize":
+            found.append("downsample_generations: the kept rollouts are chosen by their summed reward; use "
+                         "multi_objective_aggregation: sum_then_normalize")
     if cfg.reward_timeout <= 0:
         found.append("reward_timeout must be > 0")
     if cfg.head_chunk_logits < 0:

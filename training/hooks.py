@@ -21,6 +21,9 @@ decided its ``auto`` options from the hardware: on a CPU):
   in backward (:func:`keep_attention_outputs`);
 * **the backward from the adapted layers only** (``lora_layers``): the model's ``enable_input_require_grads`` hook
   is removed and made a no-op (:func:`backward_from_adapted_layers`);
+* **max-variance down-sampling** (``downsample_generations``): TRL's private ``_calculate_rewards`` and
+  ``_generate_and_score_completions`` are wrapped so the loss sees only each group's most varied rollouts
+  (:mod:`training.downsampling`);
 * **phase profiling**: TRL's private ``_generate_single_turn`` and ``_calculate_rewards``, ``compute_loss``, the
   accelerator's ``backward`` and the optimizer's ``step`` are timed (:mod:`training.profiling`);
 
@@ -101,6 +104,11 @@ def install_trainer_hooks(trainer: Any, tokenizer: Any, constraint: Any, cfg: An
         stats = constrain_generate(trainer.model, tokenizer, constraint)
         if not cfg.use_vllm:
             trainer.decoding_stats = stats
+    if cfg.downsample_generations is not None:
+        from training.downsampling import install_downsampling
+
+        # last, so it cuts what the other wrappers of _generate_and_score_completions return (the forced-token mask)
+        install_downsampling(trainer, cfg.downsample_generations)
 
 
 def forced_token_keep_mask(completion_ids: Any, rows: list[tuple[list[int], list[bool]]] | None) -> Any | str:
