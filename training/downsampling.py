@@ -39,8 +39,8 @@ def max_variance_subset(rewards: Sequence[float], keep: int) -> list[int]:
     """The indices of the ``keep`` rewards whose variance is largest, in ascending index order.
 
     Unscorable rollouts (NaN) are taken only when fewer than ``keep`` rewards are numbers. Among subsets of equal
-    variance the one with fewer high rewards is chosen, and among equal rewards the earlier rollouts; the choice
-    is therefore deterministic.
+    variance the one with fewer high rewards is chosen, and among equal rewards the low end takes the earliest
+    rollouts and the high end the latest; the choice is therefore deterministic.
 
     Args:
         rewards: One group's rewards (NaN: unscorable).
