@@ -161,3 +161,42 @@ def test_a_training_step_runs_its_loss_on_the_kept_rollouts_only(tmp_path) -> No
     assert entry["reward"] == pytest.approx(0.4375)  # the whole group's mean
     assert entry["downsampling/kept_reward_std"] == pytest.approx(math.sqrt(0.5), abs=1e-5)
     assert entry["downsampling/group_reward_std"] > 0 and json.dumps(entry)
+
+
+def test_the_rollout_records_say_which_rollouts_entered_the_loss() -> None:
+    """install_downsampling on a trainer-shaped object: the batch is cut, the scored records are marked."""
+    import types
+    from collections import defaultdict
+
+    from training.downsampling import install_downsampling
+    from training.records import RolloutRecord
+
+    records = [RolloutRecord(index=i) for i in range(4)]
+    scorer = types.SimpleNamespace(last_batch=None)
+    rewards = torch.tensor([[0.5], [1.0], [0.5], [0.0]])
+    mask = torch.ones(4, 3, dtype=torch.long)
+
+    def calculate_rewards(*args, **kwargs):
+        scorer.last_batch = {"records": records, "n": 4}
+        return rewards
+
+    def generate_and_score_completions(inputs):
+        trainer._calculate_rewards(inputs)
+        return {"prompt_ids": torch.zeros(4, 2, dtype=torch.long), "completion_ids": torch.arange(12).view(4, 3),
+                "completion_mask": mask, "advantages": torch.zeros(4), "num_items_in_batch": mask.sum()}
+
+    trainer = types.SimpleNamespace(
+        accelerator=types.SimpleNamespace(num_processes=1), num_generations=4, scale_rewards="group",
+        reward_weights=torch.ones(1), reward_funcs=[scorer], model=types.SimpleNamespace(training=True),
+        _metrics={"train": defaultdict(list)}, _calculate_rewards=calculate_rewards,
+        _generate_and_score_completions=generate_and_score_completions)
+    install_downsampling(trainer, 2)
+    cut = trainer._generate_and_score_completions({})
+    assert cut["completion_ids"][:, 0].tolist() == [3, 9]  # rows 1 (reward 1.0) and 3 (0.0)
+    assert [r.trained for r in records] == [False, True, False, True]
+    assert trainer._metrics["train"]["downsampling/kept_reward_std"] == [pytest.approx(math.sqrt(0.5))]
+    with pytest.raises(ValueError, match=r"downsample_generations=4 must be in \[2, num_generations=4\)"):
+        install_downsampling(trainer, 4)
+    trainer.accelerator.num_processes = 2
+    with pytest.raises(ValueError, match="needs one process"):
+        install_downsampling(trainer, 2)

@@ -10,7 +10,8 @@ for some ``k`` (sorting once and trying the ``m + 1`` splits finds it), and the 
 kept rollouts, as TRL computes them over a whole group (``scale_rewards`` group, batch or none).
 
 What is logged and kept stays the whole group's: ``reward``, the structure metrics and ``rollouts.jsonl`` see all
-``num_generations`` rollouts; only the loss sees the subset. :func:`install_downsampling` wraps TRL's private
+``num_generations`` rollouts (each line of the latter saying ``trained``: whether it entered the loss); only the
+loss sees the subset. :func:`install_downsampling` wraps TRL's private
 ``_calculate_rewards`` (to read the summed rewards) and ``_generate_and_score_completions`` (to cut the batch);
 ``tests/test_private_apis.py`` checks both against the installed TRL.
 """
@@ -150,6 +151,16 @@ def downsample_batch(batch: dict[str, Any], rewards: Any, num_generations: int, 
     return out, kept
 
 
+def _mark_trained(reward_funcs: Sequence[Any], rows: int, kept: set[int]) -> None:
+    """Set ``trained`` on the rollout records of the batch just scored (an outcome reward's ``last_batch``), so
+    ``rollouts.jsonl`` says which rollouts entered the loss."""
+    for func in reward_funcs:
+        scored = getattr(func, "last_batch", None)
+        if isinstance(scored, dict) and scored.get("n") == rows:
+            for row, record in enumerate(scored["records"]):
+                record.trained = row in kept
+
+
 def install_downsampling(trainer: Any, keep: int) -> None:
     """Make ``trainer`` train on the max-variance ``keep`` rollouts of each group (the module docstring).
 
@@ -188,6 +199,7 @@ def install_downsampling(trainer: Any, keep: int) -> None:
         if not self.model.training or rewards is None:
             return batch
         cut, kept = downsample_batch(batch, rewards, self.num_generations, keep, str(self.scale_rewards))
+        _mark_trained(self.reward_funcs, len(rewards), set(kept))
         kept_rewards = rewards.detach().float().cpu()[torch.tensor(kept)].view(-1, keep)
         metrics = self._metrics["train"]
         metrics["downsampling/kept_reward_std"].append(float(nanstd(kept_rewards, dim=1).nanmean()))

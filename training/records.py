@@ -48,6 +48,8 @@ class RolloutRecord:
         partial: Share of the task's intermediate facts the final agent's text states (None: the row has none).
         structure: The parsed spec's structure (:class:`mas_orchestra.spec.structure.Structure` as a dict); None
             if invalid.
+        trained: Whether the rollout entered the loss (set under ``downsample_generations``; None: every rollout
+            of the step did, or it was not a training rollout).
     """
 
     index: int
@@ -68,6 +70,7 @@ class RolloutRecord:
     whole_response: bool = False
     partial: float | None = None
     structure: dict[str, Any] | None = None
+    trained: bool | None = None
 
     @property
     def valid(self) -> bool:
